@@ -1,0 +1,51 @@
+"""Lazy imports of the optional heavy dependencies (torch, OpenCV).
+
+They are imported inside the functions that need them, so ``import edgeload`` and
+``edgeload --help`` stay fast on a Pi, and a missing one is a clear
+:class:`~edgeload.errors.MissingDependency` naming what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from .errors import MissingDependency
+
+_HINTS = {
+    "torch": (
+        "PyTorch is not importable: on a Jetson install NVIDIA's JetPack wheel; elsewhere "
+        "`pip install 'edgeload[torch]'` (or `pip install torch`)"
+    ),
+    "cv2": (
+        "OpenCV is not importable: on a Jetson use JetPack's OpenCV (it has GStreamer); "
+        "elsewhere `pip install 'edgeload[opencv]'` (opencv-python-headless)"
+    ),
+}
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise MissingDependency(f"{_HINTS[name]} ({exc})") from exc
+
+
+def require_torch() -> Any:
+    """Import and return ``torch``, or raise MissingDependency saying what to install."""
+    return _import("torch")
+
+
+def require_cv2() -> Any:
+    """Import and return ``cv2``, or raise MissingDependency saying what to install."""
+    return _import("cv2")
+
+
+def has_module(name: str) -> bool:
+    """Whether ``name`` imports, without raising."""
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,7 @@
+"""Command line: argument parsing and printing only."""
+
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> int:
+    return 0
