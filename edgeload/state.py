@@ -1,0 +1,85 @@
+"""Saving and loading resumable state: plain JSON, written atomically.
+
+Edge devices lose power.  A state file is written to a temporary file in the same
+directory, flushed and fsync'ed, then renamed over the old one (and the directory is
+fsync'ed), so after a power cut the file holds either the old state or the new one,
+never half of each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_state", "save_state"]
+
+
+def save_state(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write ``state`` (e.g. ``loader.state_dict()``) to ``path`` as JSON, atomically.
+
+    Args:
+        state: JSON-serialisable data.
+        path: the file to create or replace; its directory must exist.
+
+    Raises:
+        TypeError: ``state`` holds something JSON cannot represent (nothing is written).
+        OSError: the directory is missing or not writable.
+    """
+    target = Path(path)
+    try:
+        text = json.dumps(state, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"state for {target} is not plain JSON data ({exc}); save only what "
+            "state_dict() returns"
+        ) from exc
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a state written by :func:`save_state`.
+
+    Args:
+        path: the state file.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not a JSON object (names the file).
+    """
+    target = Path(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{target} is not a saved state ({exc}); delete it to start from the beginning"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{target} holds {type(data).__name__}, expected a JSON object")
+    return data
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename itself is durable only once the directory entry is on disk.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
