@@ -1,0 +1,254 @@
+"""Where a source's frames come from: parse the input, pick the OpenCV backend, open it.
+
+A source string becomes a :class:`Target`: its kind, the backend (``gstreamer`` or
+``ffmpeg``, or ``any`` for local cameras) and the exact string OpenCV opens, so the
+chosen pipeline is visible in stats.  GStreamer is chosen where the platform's plan
+says so and this OpenCV has it, with the board's hardware decoder:
+``nvv4l2decoder`` + ``nvvidconv`` on a Jetson, ``v4l2h264dec`` on a Raspberry Pi 4,
+``avdec_h264`` (software) elsewhere.  Live inputs end in
+``appsink drop=true max-buffers=1 sync=false`` so a slow consumer never builds lag.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .._deps import require_cv2
+from ..errors import SourceError
+
+SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
+Backend = Literal["gstreamer", "ffmpeg", "any"]
+LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline")
+NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
+
+_LIVE_SINK = "appsink drop=true max-buffers=1 sync=false"
+_FILE_SINK = "appsink max-buffers=2 sync=false"
+_TO_BGR = "videoconvert ! video/x-raw,format=BGR"
+_DECODERS = {
+    # name -> decoder chain ending in raw video the next element can convert
+    "jetson": "nvv4l2decoder ! nvvidconv ! video/x-raw,format=BGRx",
+    "rpi4": "v4l2h264dec",
+    "software": "avdec_h264",
+}
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What OpenCV opens for one source."""
+
+    kind: SourceKind
+    backend: Backend
+    open_string: str
+    """The path, URL or GStreamer pipeline passed to ``cv2.VideoCapture``."""
+    index: int | None = None
+    """The camera index for ``kind == "device"`` opened by index."""
+
+    @property
+    def live(self) -> bool:
+        """Whether frames arrive in real time (cameras, network streams, pipelines)."""
+        return self.kind in LIVE_KINDS
+
+
+def classify(uri: str | int) -> tuple[SourceKind, str | int]:
+    """Say what kind of input ``uri`` is, checking what can be checked without opening it.
+
+    Args:
+        uri: a file path, ``rtsp://``/``http(s)://`` URL, camera index, ``/dev/videoN``,
+            ``csi://N`` or a GStreamer pipeline (contains ``!``).
+
+    Raises:
+        SourceError: the file does not exist, the scheme is unknown or the pipeline
+            is malformed; the message names the source and what to do.
+    """
+    if isinstance(uri, bool) or not isinstance(uri, (str, int, os.PathLike)):
+        raise SourceError(
+            f"video source {uri!r}: expected a path, URL, camera index or GStreamer "
+            f"pipeline, got {type(uri).__name__}",
+            source=uri,
+        )
+    if isinstance(uri, int):
+        if uri < 0:
+            raise SourceError(f"camera index {uri} is negative; use 0, 1, ...", source=uri)
+        return "device", uri
+    text = os.fspath(uri).strip()
+    if "!" in text:
+        _check_pipeline(text)
+        return "pipeline", text
+    scheme = _SCHEME.match(text)
+    if scheme:
+        name = scheme.group(1).lower()
+        if name in ("rtsp", "rtsps"):
+            return "rtsp", text
+        if name in ("http", "https"):
+            return "http", text
+        if name == "csi":
+            rest = text[len("csi://") :]
+            if not rest.isdigit():
+                raise SourceError(
+                    f"video source {text!r}: csi:// takes a sensor number, e.g. csi://0",
+                    source=uri,
+                )
+            return "csi", rest
+        if name == "file":
+            text = text[len("file://") :]
+        else:
+            raise SourceError(
+                f"video source {text!r}: unknown scheme {name!r}; use a file path, "
+                "rtsp://, http(s)://, csi://N, /dev/videoN, a camera index or a "
+                "GStreamer pipeline with '!'",
+                source=uri,
+            )
+    if re.fullmatch(r"/dev/video\d+", text):
+        return "device", text
+    if text.isdigit():
+        return "device", int(text)
+    if not Path(text).is_file():
+        raise SourceError(
+            f"video file {text!r} does not exist (or is not a file); check the path, "
+            "or give a URL with its scheme (rtsp://, http://)",
+            source=uri,
+        )
+    return "file", text
+
+
+def _check_pipeline(text: str) -> None:
+    parts = [p.strip() for p in text.split("!")]
+    if any(not p for p in parts) or text.count('"') % 2:
+        raise SourceError(
+            f"GStreamer pipeline {text!r} is malformed (an empty element between '!' or an "
+            "unclosed quote); test it with gst-launch-1.0 first",
+            source=text,
+        )
+    if not re.match(r"^[A-Za-z]", parts[0]) or "appsink" not in parts[-1]:
+        raise SourceError(
+            f"GStreamer pipeline {text!r} must start with a source element and end in "
+            f"an appsink for OpenCV, e.g. '... ! {_TO_BGR} ! {_LIVE_SINK}'",
+            source=text,
+        )
+
+
+def opencv_has(feature: Literal["gstreamer", "ffmpeg"]) -> bool:
+    """Whether the installed OpenCV was built with ``feature`` (from its build information)."""
+    cv2 = require_cv2()
+    word = {"gstreamer": "GStreamer", "ffmpeg": "FFMPEG"}[feature]
+    for line in cv2.getBuildInformation().splitlines():
+        if line.strip().startswith(word + ":"):
+            return "YES" in line.split(":", 1)[1]
+    return False
+
+
+def hardware_decoder(platform: Any) -> str:
+    """The decoder chain name for this board: ``jetson``, ``rpi4`` or ``software``."""
+    family = str(getattr(platform, "family", "") or "")
+    soc = str(getattr(platform, "soc", "") or "").lower()
+    if family == "jetson":
+        return "jetson"
+    # Only the Pi 4's BCM2711 (and older) have the V4L2 H.264 decoder; a Pi 5 has none.
+    if family == "raspberry_pi" and any(s in soc for s in ("2711", "2837", "2836", "2835")):
+        return "rpi4"
+    return "software"
+
+
+def build_target(
+    kind: SourceKind,
+    value: str | int,
+    *,
+    backend: Literal["auto", "gstreamer", "ffmpeg"],
+    preferred: Literal["gstreamer", "ffmpeg"],
+    decoder: str,
+) -> Target:
+    """Choose the backend and the string OpenCV opens for a classified source.
+
+    Args:
+        kind, value: from :func:`classify`.
+        backend: the per-source override, or ``auto`` for ``preferred``.
+        preferred: the plan's decode backend for this device.
+        decoder: the decoder chain name from :func:`hardware_decoder`.
+
+    Raises:
+        SourceError: the source needs GStreamer and this OpenCV has none.
+    """
+    want = preferred if backend == "auto" else backend
+    needs_gst = kind in ("csi", "pipeline")
+    if (needs_gst or want == "gstreamer") and not opencv_has("gstreamer"):
+        if needs_gst or backend == "gstreamer":
+            raise SourceError(
+                f"video source {value!r} needs OpenCV with GStreamer, and this OpenCV has "
+                "none; on a Jetson use JetPack's OpenCV (not opencv-python from pip), "
+                "elsewhere pass a file or URL and backend='ffmpeg'",
+                source=value,
+            )
+        want = "ffmpeg"
+    if kind == "pipeline":
+        return Target(kind, "gstreamer", str(value))
+    if kind == "csi":
+        return Target(kind, "gstreamer", _csi_pipeline(int(value)))
+    if kind == "device":
+        if want == "gstreamer":
+            dev = value if isinstance(value, str) else f"/dev/video{value}"
+            return Target(kind, "gstreamer", f"v4l2src device={dev} ! {_TO_BGR} ! {_LIVE_SINK}")
+        index = value if isinstance(value, int) else int(str(value)[len("/dev/video") :])
+        return Target(kind, "any", str(value), index=index)
+    if want == "ffmpeg":
+        return Target(kind, "ffmpeg", str(value))
+    return Target(kind, "gstreamer", _decode_pipeline(kind, str(value), decoder))
+
+
+def _csi_pipeline(sensor: int) -> str:
+    return (
+        f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),framerate=30/1 ! "
+        f"nvvidconv ! video/x-raw,format=BGRx ! {_TO_BGR} ! {_LIVE_SINK}"
+    )
+
+
+def _decode_pipeline(kind: SourceKind, location: str, decoder: str) -> str:
+    chain = _DECODERS.get(decoder, _DECODERS["software"])
+    if kind == "rtsp":
+        head = f'rtspsrc location="{location}" latency=0 ! rtph264depay ! h264parse'
+        sink = _LIVE_SINK
+    elif kind == "http":
+        head = f'souphttpsrc location="{location}" is-live=true ! decodebin'
+        return f"{head} ! {_TO_BGR} ! {_LIVE_SINK}"
+    else:
+        demux = "matroskademux" if location.lower().endswith(".mkv") else "qtdemux"
+        head = f'filesrc location="{location}" ! {demux} ! h264parse'
+        sink = _FILE_SINK
+    return f"{head} ! {chain} ! {_TO_BGR} ! {sink}"
+
+
+def open_capture(
+    target: Target, *, open_timeout_s: float, read_timeout_s: float, ffmpeg_threads: int
+) -> Any:
+    """Open ``target`` and return the ``cv2.VideoCapture``, or None when it does not open.
+
+    FFmpeg opens take OpenCV's global lock, so network opens carry an open timeout:
+    a camera that accepts and never answers holds the lock for at most that long.
+    """
+    cv2 = require_cv2()
+    params: list[int] = []
+    for name, value in (
+        ("CAP_PROP_OPEN_TIMEOUT_MSEC", int(open_timeout_s * 1000)),
+        ("CAP_PROP_READ_TIMEOUT_MSEC", int(read_timeout_s * 1000)),
+        ("CAP_PROP_N_THREADS", ffmpeg_threads),
+    ):
+        const = getattr(cv2, name, None)  # absent in older OpenCV 4.x
+        if const is not None and (target.backend == "ffmpeg" or name != "CAP_PROP_N_THREADS"):
+            params += [const, value]
+    if target.backend == "ffmpeg" and not hasattr(cv2, "CAP_PROP_N_THREADS"):
+        # OpenCV < 4.8 reads the decode thread count from the environment at open.
+        os.environ["OPENCV_FFMPEG_THREADS"] = str(ffmpeg_threads)
+    api = {"gstreamer": cv2.CAP_GSTREAMER, "ffmpeg": cv2.CAP_FFMPEG, "any": cv2.CAP_ANY}
+    where: str | int = target.index if target.index is not None else target.open_string
+    try:
+        cap = cv2.VideoCapture(where, api[target.backend], params)
+    except (TypeError, cv2.error):
+        cap = cv2.VideoCapture(where, api[target.backend])
+    if not cap.isOpened():
+        cap.release()
+        return None
+    return cap

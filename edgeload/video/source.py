@@ -1,0 +1,177 @@
+"""One video input: what it is, how to read it, and the states its stream goes through.
+
+A :class:`VideoSource` is checked when it is made (a missing file, an unknown scheme
+or a malformed pipeline is a :class:`~edgeload.errors.SourceError` right away) and
+read later by a stream thread (``edgeload.video.reader``) that walks the states::
+
+    connecting -> streaming -> reconnecting -> streaming ...
+                           \\-> ended (file end)   \\-> failed (no more retries, bad file)
+
+Live inputs (cameras, RTSP, HTTP, pipelines, and files replayed with
+``realtime=True``) retry with jittered, capped exponential backoff; files do not.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import SourceError
+from .backends import NETWORK_KINDS, SourceKind, classify
+
+Policy = Literal["latest", "every"]
+_POLICIES = ("latest", "every")
+_BACKENDS = ("auto", "gstreamer", "ffmpeg")
+
+
+class SourceState(str, enum.Enum):
+    """Where a stream is in its life."""
+
+    CONNECTING = "connecting"
+    STREAMING = "streaming"
+    RECONNECTING = "reconnecting"
+    ENDED = "ended"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream delivers no more frames."""
+        return self in (SourceState.ENDED, SourceState.FAILED, SourceState.CLOSED)
+
+
+@dataclass(frozen=True)
+class FrameInfo:
+    """What a stream knows about one delivered frame."""
+
+    seq: int
+    """The source's own frame number; it counts skipped and dropped frames too."""
+    pts_ms: float
+    """Presentation time reported by the decoder, milliseconds."""
+    captured_at: float
+    """``time.monotonic()`` when the frame was grabbed."""
+
+
+class VideoSource:
+    """One video input and how to read it.
+
+    Args:
+        uri: a file path, ``rtsp://`` or ``http(s)://`` URL, camera index, ``/dev/videoN``,
+            ``csi://N`` (Jetson camera) or a GStreamer pipeline ending in an appsink.
+        loop: files only: start again at the end instead of ending.
+        realtime: files only: replay paced at the file's frame rate, like a camera
+            (frames the reader falls behind on are skipped and counted as drops).
+        fps: deliver at most this many frames per second; the others are grabbed and
+            never decoded to pixels. None: every frame.
+        policy: ``latest`` (drop the oldest, count drops) or ``every`` (back-pressure);
+            None: ``latest`` for live inputs, ``every`` for files.
+        backend: ``auto`` (the plan's choice), ``gstreamer`` or ``ffmpeg``.
+        name: a label for stats; default the uri.
+        open_timeout_s: network opens give up after this long (OpenCV's FFmpeg opens
+            hold a global lock, so a silent camera must not hold it for long).
+        read_timeout_s: a network read gives up after this long.
+        stall_timeout_s: a live stream with no frame for this long reconnects.
+        backoff_s: ``(first, cap)`` delays of the reconnect backoff, seconds.
+        max_retries: failed opens in a row before a live stream is ``failed``;
+            None retries forever.
+
+    Raises:
+        SourceError: the input cannot be used (named, with what to do instead).
+        ValueError: an option is out of range.
+    """
+
+    def __init__(
+        self,
+        uri: str | int | os.PathLike[str],
+        *,
+        loop: bool = False,
+        realtime: bool = False,
+        fps: float | None = None,
+        policy: Policy | None = None,
+        backend: Literal["auto", "gstreamer", "ffmpeg"] = "auto",
+        name: str | None = None,
+        open_timeout_s: float = 5.0,
+        read_timeout_s: float = 5.0,
+        stall_timeout_s: float = 5.0,
+        backoff_s: tuple[float, float] = (0.5, 10.0),
+        max_retries: int | None = None,
+    ) -> None:
+        kind, value = classify(uri if isinstance(uri, int) else os.fspath(uri))
+        self.uri: str | int = uri if isinstance(uri, int) else os.fspath(uri)
+        self.kind: SourceKind = kind
+        self.value = value
+        if (loop or realtime) and kind != "file":
+            raise ValueError(f"video source {self.uri!r}: loop= and realtime= apply to files only")
+        if fps is not None and not fps > 0:
+            raise ValueError(f"video source {self.uri!r}: fps must be > 0 or None, got {fps}")
+        if policy is not None and policy not in _POLICIES:
+            raise ValueError(
+                f"video source {self.uri!r}: policy must be one of {_POLICIES}, got {policy!r}"
+            )
+        if backend not in _BACKENDS:
+            raise ValueError(
+                f"video source {self.uri!r}: backend must be one of {_BACKENDS}, got {backend!r}"
+            )
+        for label, value_s in (
+            ("open_timeout_s", open_timeout_s),
+            ("read_timeout_s", read_timeout_s),
+            ("stall_timeout_s", stall_timeout_s),
+        ):
+            if not value_s > 0:
+                raise ValueError(f"video source {self.uri!r}: {label} must be > 0, got {value_s}")
+        if not 0 < backoff_s[0] <= backoff_s[1]:
+            raise ValueError(
+                f"video source {self.uri!r}: backoff_s must be (first, cap) with "
+                f"0 < first <= cap, got {backoff_s}"
+            )
+        self.loop = loop
+        self.realtime = realtime
+        self.fps = fps
+        self.backend = backend
+        self.name = name or str(self.uri)
+        self.open_timeout_s = open_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.backoff_s = backoff_s
+        self.max_retries = max_retries
+        self.policy: Policy = policy or ("latest" if self.live else "every")
+
+    @property
+    def live(self) -> bool:
+        """Whether frames arrive in real time: cameras, network, pipelines, realtime files."""
+        return self.kind != "file" or self.realtime
+
+    @property
+    def network(self) -> bool:
+        """Whether opening it goes over the network (and may hang)."""
+        return self.kind in NETWORK_KINDS
+
+    def backoff_delay(self, attempt: int) -> float:
+        """The jittered delay before retry number ``attempt`` (0-based), seconds."""
+        first, cap = self.backoff_s
+        ceiling = min(cap, first * (2.0 ** min(attempt, 30)))
+        # Half fixed, half random: retries of many cameras spread out, none waits 0.
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def __repr__(self) -> str:
+        return f"VideoSource({self.uri!r}, kind={self.kind!r}, policy={self.policy!r})"
+
+
+def as_source(source: VideoSource | str | int | os.PathLike[str]) -> VideoSource:
+    """Wrap a plain string, path or index as a :class:`VideoSource` with its defaults.
+
+    Raises:
+        SourceError: as :class:`VideoSource`.
+    """
+    if isinstance(source, VideoSource):
+        return source
+    if isinstance(source, (str, int, os.PathLike)) and not isinstance(source, bool):
+        return VideoSource(source)
+    raise SourceError(
+        f"video source {source!r}: expected a path, URL, camera index, pipeline or "
+        f"edgeload.VideoSource, got {type(source).__name__}",
+        source=source,
+    )

@@ -1,0 +1,63 @@
+"""Real test media: tiny H.264 clips written with Debian's ffmpeg (libx264).
+
+``clip()`` writes a clip once per directory and parameters and returns its path; the
+tests call it with the session's base temp dir, so each clip is encoded once per run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FFMPEG = shutil.which("ffmpeg")
+
+
+def clip(
+    directory: Path,
+    *,
+    size: tuple[int, int] = (160, 120),
+    fps: int = 30,
+    seconds: float = 2.0,
+    pattern: str = "testsrc2",
+) -> Path:
+    """Write (once) an H.264 MP4 of ``seconds`` at ``fps`` and ``size``; return its path.
+
+    ``+faststart`` puts the index first, so a cut-off copy still opens and reports the
+    full frame count: a truncated file, not an unreadable one.
+    """
+    if FFMPEG is None:
+        pytest.skip("ffmpeg (Debian package ffmpeg) is needed to write H.264 test clips")
+    w, h = size
+    path = directory / f"{pattern}-{w}x{h}-{fps}fps-{seconds:g}s.mp4"
+    if path.exists():
+        return path
+    part = path.with_suffix(".part.mp4")
+    subprocess.run(
+        [FFMPEG, "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         f"{pattern}=size={w}x{h}:rate={fps}", "-t", f"{seconds}", "-c:v", "libx264",
+         "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
+         "-g", str(fps), "-movflags", "+faststart", str(part)],
+        check=True,
+        timeout=60,
+    )  # fmt: skip
+    part.rename(path)
+    return path
+
+
+def truncated_copy(source: Path, directory: Path, *, fraction: float = 0.4) -> Path:
+    """A copy of ``source`` cut after ``fraction`` of its bytes (a broken download)."""
+    out = directory / f"truncated-{fraction:g}-{source.name}"
+    if not out.exists():
+        data = source.read_bytes()
+        out.write_bytes(data[: int(len(data) * fraction)])
+    return out
+
+
+def media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's shared directory for clips."""
+    path = tmp_path_factory.getbasetemp() / "edgeload-media"
+    path.mkdir(exist_ok=True)
+    return path
