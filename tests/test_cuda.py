@@ -1,0 +1,223 @@
+"""GPU memory modes on a real CUDA device: zero-copy views, fences, async copies, lifetimes.
+
+Every test here carries the ``cuda`` marker and skips without usable CUDA, or fails
+when ``EDGELOAD_REQUIRE_CUDA=1`` (as scripts/device_check.sh sets it) so a GPU box
+that lost its CUDA cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+
+import numpy as np
+import pytest
+
+from edgeload.cuda_memory import (
+    allocate,
+    as_cuda_tensor,
+    gpu_busy,
+    memory_mode_of,
+    record_gpu_use,
+    wait_gpu_idle,
+)
+from edgeload.gpu import GPU_MEMORY_MODES, check_memory_mode, cuda_device, cuda_status
+from edgeload.transfer import DeviceCopier
+
+pytestmark = pytest.mark.cuda
+
+# torch.cuda._sleep spins a kernel for this many GPU cycles: ~0.1-0.3 s on any GPU,
+# long enough that work queued behind it is certainly still pending when checked.
+_SPIN_CYCLES = 300_000_000
+_FRAME = (4, 120, 160, 3)
+
+
+@pytest.fixture(autouse=True)
+def _need_cuda():
+    status = cuda_status()
+    if status.usable:
+        return
+    if os.environ.get("EDGELOAD_REQUIRE_CUDA") == "1":
+        pytest.fail(f"EDGELOAD_REQUIRE_CUDA=1 but CUDA is not usable: {status.reason}")
+    pytest.skip(f"needs CUDA: {status.reason}")
+
+
+def _slot(mode, shape=_FRAME):
+    return allocate(mode, int(np.prod(shape))).reshape(shape)
+
+
+def _frames(seed, shape=_FRAME):
+    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+
+
+def test_device_reports_its_memory_features():
+    device = cuda_device()
+    assert device.name
+    assert device.compute_capability >= (5, 0)
+    assert device.can_map_host_memory
+    assert set(device.to_dict()) >= {"integrated", "io_coherent", "concurrent_managed_access"}
+
+
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_each_gpu_mode_gives_page_aligned_cpu_writable_slots(mode):
+    check_memory_mode(mode)
+    flat = allocate(mode, 1 << 20)
+    assert flat.dtype == np.uint8
+    assert flat.shape == (1 << 20,)
+    assert flat.ctypes.data % 4096 == 0
+    assert memory_mode_of(flat) == mode
+    assert memory_mode_of(flat[4096:].reshape(-1, 16)) == mode
+    flat[:] = 7
+    assert int(flat.sum()) == 7 << 20
+
+
+@pytest.mark.parametrize("mode", ["mapped", "managed"])
+def test_zero_copy_tensor_sees_the_decoders_writes(mode):
+    import cv2
+    import torch
+
+    slot = _slot(mode)
+    tensor = as_cuda_tensor(slot)
+    assert tensor.is_cuda
+    assert tensor.shape == slot.shape
+    assert tensor.dtype == torch.uint8
+    # The decoder writes after the view exists: the GPU must read these very bytes.
+    sources = _frames(1, (4, 240, 320, 3))
+    for i in range(slot.shape[0]):
+        cv2.resize(sources[i], (slot.shape[2], slot.shape[1]), dst=slot[i])
+    torch.cuda.synchronize()
+    assert torch.equal(tensor.cpu(), torch.from_numpy(slot.copy()))
+    assert int(tensor.sum(dtype=torch.int64)) == int(slot.sum(dtype=np.int64))
+    # And the other way: the CPU sees what a kernel wrote, without a copy back.
+    tensor[1].zero_()
+    torch.cuda.synchronize()
+    assert not slot[1].any()
+
+
+def test_zero_copy_view_of_a_slice_points_into_the_same_memory():
+    import torch
+
+    slot = _slot("mapped")
+    slot[:] = _frames(2)
+    part = as_cuda_tensor(slot[2])
+    torch.cuda.synchronize()
+    assert torch.equal(part.cpu(), torch.from_numpy(slot[2].copy()))
+
+
+def test_tensor_holds_the_slot_lease_until_it_dies():
+    slot = _slot("mapped")
+    frame = slot[0]
+    lease = weakref.ref(frame)
+    tensor = as_cuda_tensor(frame)
+    del frame
+    gc.collect()
+    assert lease() is not None, "the slot view died while a CUDA tensor still reads it"
+    del tensor
+    gc.collect()
+    assert lease() is None
+
+
+def test_in_use_slot_is_not_rewritten_while_gpu_work_is_queued():
+    import torch
+
+    slot = _slot("mapped")
+    results = []
+    for batch in range(3):
+        # The pool's rule: a worker writes a slot only once the GPU is done with it.
+        assert wait_gpu_idle(slot, timeout_s=30.0)
+        slot[:] = batch + 1
+        tensor = as_cuda_tensor(slot)
+        torch.cuda._sleep(_SPIN_CYCLES)  # the model is slow: the read below stays queued
+        results.append(tensor.sum(dtype=torch.int64))
+        del tensor  # the user is done; the GPU is not
+        assert gpu_busy(slot), "slot counted free while a queued kernel still reads it"
+    torch.cuda.synchronize()
+    assert [int(r) for r in results] == [(b + 1) * slot.size for b in range(3)]
+    assert not gpu_busy(slot)
+
+
+def test_fence_covers_only_the_bytes_it_names():
+    import torch
+
+    slot = _slot("mapped")
+    torch.cuda._sleep(_SPIN_CYCLES)
+    record_gpu_use(slot[0])
+    assert gpu_busy(slot[0])
+    assert gpu_busy(slot)
+    assert not gpu_busy(slot[1])
+    torch.cuda.synchronize()
+    assert not gpu_busy(slot)
+
+
+def test_pinned_async_copy_equals_the_source():
+    import torch
+
+    copier = DeviceCopier()
+    slot = _slot("pinned")
+    slot[:] = _frames(3)
+    expected = torch.from_numpy(slot.copy())
+    transfer = copier.copy(slot)
+    gpu = transfer.tensor()
+    assert gpu.is_cuda
+    assert torch.equal(gpu.cpu(), expected)
+    assert copier.copies == 1
+    assert copier.bytes_copied == slot.nbytes == transfer.nbytes
+
+
+def test_copy_of_the_next_batch_overlaps_the_model_on_this_one():
+    import torch
+
+    copier = DeviceCopier()
+    slot = _slot("pinned")
+    slot[:] = _frames(4)
+    model_done = torch.cuda.Event()
+    torch.cuda._sleep(_SPIN_CYCLES)  # the model, busy with batch k on the current stream
+    model_done.record()
+    transfer = copier.copy(slot)  # batch k+1 goes up on the side stream meanwhile
+    transfer.event.synchronize()
+    assert not model_done.query(), "the copy waited for the model instead of overlapping it"
+    assert not gpu_busy(slot), "the slot stayed fenced after its copy finished"
+    gpu = transfer.tensor()  # orders the consumer after the copy
+    assert torch.equal(gpu.cpu(), torch.from_numpy(slot.copy()))
+
+
+def test_slot_is_fenced_until_its_copy_has_run():
+    import torch
+
+    copier = DeviceCopier()
+    slot = _slot("pinned")
+    slot[:] = 9
+    # Hold the side stream up so the copy is certainly still queued.
+    with torch.cuda.stream(copier.stream):
+        torch.cuda._sleep(_SPIN_CYCLES)
+    transfer = copier.copy(slot)
+    assert gpu_busy(slot)
+    assert wait_gpu_idle(slot, timeout_s=30.0)
+    slot[:] = 0  # rewriting now must not change what was copied
+    assert int(transfer.tensor().sum(dtype=torch.int64)) == 9 * slot.size
+
+
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_memory_is_freed_only_after_views_and_gpu_work_are_gone(mode):
+    import torch
+
+    slot = _slot(mode)
+    slot[:] = 3
+    root = slot
+    while isinstance(root, np.ndarray):
+        root = root.base
+    owner = weakref.ref(root)  # the object that owns the CUDA allocation
+    result = None
+    if mode != "pinned":
+        tensor = as_cuda_tensor(slot)
+        torch.cuda._sleep(_SPIN_CYCLES)
+        result = tensor.sum(dtype=torch.int64)
+        del tensor
+    del slot
+    gc.collect()
+    # The finaliser waited for the queued sum before freeing: the result is intact.
+    assert owner() is None
+    if result is not None:
+        assert int(result) == 3 * int(np.prod(_FRAME))
+    torch.cuda.synchronize()
