@@ -15,51 +15,36 @@ in the thread that drops it, which is where the model used it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from . import _cuda
 from ._deps import require_torch
+from ._fences import POLL_S, Fences, hold_until_done
 from .errors import PlatformError, ProfileError
 from .gpu import GPU_MEMORY_MODES, MemoryMode, check_memory_mode, cuda_device
 
-__all__ = ["allocate", "as_cuda_tensor", "gpu_busy", "memory_mode_of", "record_gpu_use"]
-__all__ += ["wait_gpu_idle"]
+__all__ = [
+    "CudaBacking",
+    "allocate",
+    "as_cuda_tensor",
+    "gpu_allocator",
+    "gpu_busy",
+    "memory_mode_of",
+    "record_gpu_use",
+    "wait_gpu_idle",
+]
 
 _log = logging.getLogger(__name__)
-_POLL_S = 0.0005
 
 
-class _Fences:
-    """CUDA events, each covering a byte range of one allocation."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: list[tuple[int, int, Any]] = []
-
-    def add(self, start: int, stop: int, event: Any) -> None:
-        with self._lock:
-            self._events = [e for e in self._events if not e[2].query()]
-            self._events.append((start, stop, event))
-
-    def busy(self, start: int, stop: int) -> bool:
-        with self._lock:
-            self._events = [e for e in self._events if not e[2].query()]
-            return any(s < stop and start < e for s, e, _ in self._events)
-
-    def drain(self) -> None:
-        with self._lock:
-            events, self._events = self._events, []
-        for _, _, event in events:
-            event.synchronize()
-
-
-def _release(free: Any, ptr: int, fences: _Fences) -> None:
+def _release(free: Any, ptr: int, fences: Fences) -> None:
     # Runs once nothing views the memory; the GPU may still be reading it.
     try:
         fences.drain()
@@ -75,7 +60,7 @@ class _CudaMemory:
         runtime = _cuda.load_cudart()
         self.mode = mode
         self.nbytes = nbytes
-        self.fences = _Fences()
+        self.fences = Fences()
         # On Jetsons the CPU may not touch globally attached managed memory while any
         # kernel runs, so there it stays host-attached and streams claim it per use.
         self.attach_per_stream = False
@@ -131,10 +116,57 @@ def allocate(mode: MemoryMode, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8
     return np.asarray(_CudaMemory(mode, nbytes))
 
 
+class CudaBacking:
+    """GPU-mode slot memory in the shape ``edgeload.buffers`` expects of an allocator.
+
+    Args:
+        mode: ``"pinned"``, ``"mapped"`` or ``"managed"``.
+        nbytes: size in bytes.
+
+    Raises:
+        ProfileError, PlatformError: as allocate().
+    """
+
+    name: str | None = None
+    shm_dir = ""
+
+    def __init__(self, mode: MemoryMode, nbytes: int) -> None:
+        self._array: np.ndarray[Any, Any] | None = allocate(mode, nbytes)
+        self.buffer = self._array.data
+
+    def close(self) -> None:
+        """Drop the pool's hold; the memory goes once no view or queued GPU work uses it."""
+        with contextlib.suppress(BufferError):
+            self.buffer.release()
+        self._array = None
+
+
+def gpu_allocator(mode: MemoryMode) -> Callable[[int, bool, str], CudaBacking]:
+    """The slot-pool allocator for a GPU memory mode (``register_memory_mode``'s second argument).
+
+    Args:
+        mode: ``"pinned"``, ``"mapped"`` or ``"managed"``.
+    """
+
+    def allocate_slots(nbytes: int, shared: bool, shm_dir: str) -> CudaBacking:
+        if shared:
+            # CUDA host allocations live in this process only; /dev/shm segments could be
+            # registered with cudaHostRegister, but that is not built yet.
+            raise PlatformError(
+                f"memory_mode={mode!r} slots cannot be shared with worker processes "
+                f"(shm_dir={shm_dir!r}); use thread workers (worker_kind='thread', which "
+                "suits decoding) or memory_mode='host'"
+            )
+        return CudaBacking(mode, nbytes)
+
+    return allocate_slots
+
+
 def _owner(array: np.ndarray[Any, Any]) -> _CudaMemory | None:
+    # Pool views are np.frombuffer() over a memoryview of the flat array: follow both.
     base: object = array
-    while isinstance(base, np.ndarray):
-        base = base.base
+    while isinstance(base, np.ndarray | memoryview):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
     return base if isinstance(base, _CudaMemory) else None
 
 
@@ -157,6 +189,9 @@ def _byte_range(array: np.ndarray[Any, Any], owner: _CudaMemory) -> tuple[int, i
 def record_gpu_use(array: np.ndarray[Any, Any], *, stream: Any = None) -> bool:
     """Fence ``array``'s bytes: they count as in use until ``stream``'s queued work is done.
 
+    Until then ``array`` itself is kept alive, so a slot pool that recycles a slot when
+    its last view goes cannot hand the slot to a producer early.
+
     Args:
         array: a view of GPU slot memory (from allocate()).
         stream: a ``torch.cuda.Stream``; default the current stream.
@@ -171,6 +206,7 @@ def record_gpu_use(array: np.ndarray[Any, Any], *, stream: Any = None) -> bool:
     event = torch.cuda.Event()
     event.record(stream if stream is not None else torch.cuda.current_stream())
     owner.fences.add(*_byte_range(array, owner), event)
+    hold_until_done(event, array)
     return True
 
 
@@ -186,7 +222,7 @@ def wait_gpu_idle(array: np.ndarray[Any, Any], *, timeout_s: float) -> bool:
     while gpu_busy(array):
         if time.monotonic() >= deadline:
             return False
-        time.sleep(_POLL_S)
+        time.sleep(POLL_S)
     return True
 
 
