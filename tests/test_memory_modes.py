@@ -7,17 +7,23 @@ user gets, on a CUDA machine the same calls must succeed.
 from __future__ import annotations
 
 import ctypes.util
+import gc
 import json
 import re
 import sys
+import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
 
 from edgeload import _cuda
+from edgeload._fences import Fences, hold_until_done, pending_holds
 from edgeload.cuda_memory import (
     allocate,
     as_cuda_tensor,
+    gpu_allocator,
     gpu_busy,
     memory_mode_of,
     record_gpu_use,
@@ -248,3 +254,68 @@ def _loads(path: str) -> bool:
     except PlatformError:
         return False
     return True
+
+
+# --- fences: CPU-side bookkeeping, with a gate standing in for a CUDA event -----------
+
+
+class _GateEvent:
+    """Completes when the test opens it, like a CUDA event when its stream gets there."""
+
+    def __init__(self):
+        self._gate = threading.Event()
+
+    def query(self):
+        return self._gate.is_set()
+
+    def synchronize(self):
+        self._gate.wait(5.0)
+
+    def complete(self):
+        self._gate.set()
+
+
+def _fence_threads():
+    return [t for t in threading.enumerate() if t.name == "edgeload-gpu-fence"]
+
+
+def test_held_slot_view_lives_until_its_gpu_work_completes():
+    event = _GateEvent()
+    view = np.zeros((2, 8), np.uint8)
+    lease = weakref.ref(view)
+    hold_until_done(event, view)
+    del view
+    gc.collect()
+    time.sleep(0.02)
+    assert lease() is not None, "slot released while its GPU work was still queued"
+    assert pending_holds() == 1
+    assert len(_fence_threads()) == 1
+    event.complete()
+    deadline = time.monotonic() + 5.0
+    while (lease() is not None or _fence_threads()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert lease() is None
+    assert pending_holds() == 0
+    assert _fence_threads() == [], "the fence thread outlived the work it watched"
+
+
+def test_fences_cover_exactly_their_byte_ranges():
+    fences = Fences()
+    first, second = _GateEvent(), _GateEvent()
+    fences.add(0, 100, first)
+    fences.add(200, 300, second)
+    assert fences.busy(50, 60)
+    assert fences.busy(99, 201)
+    assert not fences.busy(100, 200)
+    first.complete()
+    assert not fences.busy(0, 100)
+    assert fences.busy(0, 1000)
+    second.complete()
+    fences.drain()
+    assert not fences.busy(0, 1000)
+
+
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_gpu_slots_cannot_be_shared_with_worker_processes(mode, tmp_path):
+    with pytest.raises(PlatformError, match=rf"memory_mode='{mode}' slots cannot be shared"):
+        gpu_allocator(mode)(4096, True, str(tmp_path))
