@@ -1,0 +1,99 @@
+"""Shared lifecycle pieces: the poll interval, the open/closed state, thread joins.
+
+Every loop that waits in edgeload wakes at least every :data:`POLL_INTERVAL_S` to check
+its stop event, so a close() or Ctrl-C is noticed within that time.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+
+__all__ = [
+    "POLL_INTERVAL_S",
+    "State",
+    "join_threads",
+    "limit_library_threads",
+    "thread_name",
+]
+
+_log = logging.getLogger("edgeload")
+
+POLL_INTERVAL_S = 0.05
+"""How often blocked loops wake to check their stop event (seconds)."""
+
+_THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+
+class State(enum.Enum):
+    """Lifecycle of an object that owns threads, processes or memory."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def thread_name(name: str, index: int | None = None) -> str:
+    """Return the ``edgeload-...`` thread name for ``name`` (and worker ``index``)."""
+    base = name if name.startswith("edgeload") else f"edgeload-{name}"
+    return base if index is None else f"{base}-{index}"
+
+
+def join_threads(threads: Iterable[threading.Thread], *, timeout_s: float) -> list[str]:
+    """Join ``threads`` within ``timeout_s`` in total; log and return the names still alive."""
+    deadline = time.monotonic() + timeout_s
+    alive = []
+    for thread in threads:
+        if thread is threading.current_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            alive.append(thread.name)
+    if alive:
+        _log.warning(
+            "edgeload: %d thread(s) still running %.1f s after close(): %s; they are daemon "
+            "threads blocked in user code and end with the interpreter",
+            len(alive),
+            timeout_s,
+            ", ".join(alive),
+        )
+    return alive
+
+
+def limit_library_threads(num_threads: int, *, env: bool = True, torch: bool = True) -> None:
+    """Cap OpenMP/BLAS, torch and OpenCV thread pools at ``num_threads``.
+
+    The environment variables only take effect in libraries not yet loaded, so a
+    worker process calls this first thing. torch and cv2 are adjusted only when
+    already imported: importing them here would cost seconds on a Pi.
+
+    Args:
+        num_threads: threads each library may use (>= 1).
+        env: also set ``OMP_NUM_THREADS`` and the BLAS variables.
+        torch: also call ``torch.set_num_threads`` (process-wide; thread workers skip it
+            because the model shares the process).
+
+    Raises:
+        ValueError: ``num_threads`` below 1.
+    """
+    if num_threads < 1:
+        raise ValueError(f"threads_per_worker must be >= 1, got {num_threads}")
+    if env:
+        for var in _THREAD_ENV_VARS:
+            os.environ[var] = str(num_threads)
+    torch_mod = sys.modules.get("torch")
+    if torch and torch_mod is not None:
+        torch_mod.set_num_threads(num_threads)
+    cv2_mod = sys.modules.get("cv2")
+    if cv2_mod is not None:
+        cv2_mod.setNumThreads(num_threads)

@@ -1,0 +1,434 @@
+"""Preallocated, page-aligned batch slots that workers write into in place.
+
+A :class:`SlotPool` owns ``count`` slots of one shape and dtype. The producer side
+``acquire``s a free slot, fills ``slot.array`` (a thread) or ``attach(slot.ref)`` (a
+process, when ``shared=True``), then either ``lease``s it to the consumer or
+``release``s it unused. ``lease`` returns a fresh numpy view of the slot: zero copies.
+
+The lease rule: a leased slot is reused only when nothing refers to the view any more.
+Each lease builds its view over a new buffer object that the pool tracks by weak
+reference; numpy views and ``torch.from_numpy`` tensors keep it alive, so the slot
+comes back exactly when the last of them goes. If the consumer keeps batches, the pool
+grows within ``max_bytes``, then hands out copies (logged once) - it never overwrites.
+
+Memory comes from an allocator chosen by ``mode`` (:func:`register_memory_mode` is the
+seam for the GPU modes); ``host`` is page-aligned ``mmap`` memory, shared through
+``/dev/shm`` when ``shared=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import mmap
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ._lifecycle import POLL_INTERVAL_S
+from ._shm import SHM_DIR, SharedSegment, SlotRef, attach, check_shm_space
+from .errors import ClosedError, PlatformError
+
+__all__ = [
+    "PAGE_SIZE",
+    "SHM_DIR",
+    "Backing",
+    "MemoryMode",
+    "Slot",
+    "SlotPool",
+    "SlotRef",
+    "SlotStats",
+    "allocate",
+    "attach",
+    "check_shm_space",
+    "register_memory_mode",
+]
+
+_log = logging.getLogger("edgeload")
+
+PAGE_SIZE = mmap.PAGESIZE
+MemoryMode = Literal["host", "pinned", "mapped", "managed"]
+
+
+class Backing(Protocol):
+    """Memory behind one or more slots, as an allocator returns it."""
+
+    @property
+    def buffer(self) -> memoryview:
+        """The whole region, writable, starting page-aligned."""
+
+    @property
+    def name(self) -> str | None:
+        """The shared segment's name for :class:`SlotRef`, or None when private."""
+
+    @property
+    def shm_dir(self) -> str:
+        """The directory of the shared segment ("" when private)."""
+
+    def close(self) -> None:
+        """Free (and unlink) the memory; views still alive keep their pages mapped."""
+
+
+Allocator = Callable[[int, bool, str], Backing]
+"""``allocator(nbytes, shared, shm_dir) -> Backing``."""
+
+
+class _HostMemory:
+    """Private page-aligned memory (anonymous mmap)."""
+
+    name: str | None = None
+    shm_dir = ""
+
+    def __init__(self, nbytes: int) -> None:
+        self._mmap = mmap.mmap(-1, nbytes)
+        self.buffer = memoryview(self._mmap)
+
+    def close(self) -> None:
+        self.buffer.release()
+        # A batch the user kept still maps it: then it is unmapped when that goes.
+        with contextlib.suppress(BufferError):
+            self._mmap.close()
+
+
+def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:
+    if shared:
+        return SharedSegment(nbytes, shm_dir=shm_dir)
+    return _HostMemory(nbytes)
+
+
+def _not_yet(mode: str) -> Allocator:
+    def allocate(nbytes: int, shared: bool, shm_dir: str) -> Backing:
+        raise PlatformError(
+            f"memory mode {mode!r} is not available yet in this build of edgeload; use mode='host'"
+        )
+
+    return allocate
+
+
+_ALLOCATORS: dict[str, Allocator] = {
+    "host": _allocate_host,
+    "pinned": _not_yet("pinned"),
+    "mapped": _not_yet("mapped"),
+    "managed": _not_yet("managed"),
+}
+
+
+def register_memory_mode(mode: str, allocator: Allocator) -> None:
+    """Install (or replace) the allocator behind memory ``mode``."""
+    _ALLOCATORS[mode] = allocator
+
+
+def allocate(
+    nbytes: int, *, mode: str = "host", shared: bool = False, shm_dir: str = SHM_DIR
+) -> Backing:
+    """Allocate ``nbytes`` of slot memory in ``mode``.
+
+    Raises:
+        ValueError: unknown mode or ``nbytes`` < 1.
+        PlatformError: the mode is unavailable here, or ``/dev/shm`` is too small.
+    """
+    if mode not in _ALLOCATORS:
+        raise ValueError(f"memory mode must be one of {sorted(_ALLOCATORS)}, got {mode!r}")
+    if nbytes < 1:
+        raise ValueError(f"slot memory must be at least 1 byte, got {nbytes}")
+    return _ALLOCATORS[mode](nbytes, shared, shm_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One acquired slot, for the producer to fill."""
+
+    index: int
+    """Its index in the pool (stable for the pool's life)."""
+    array: np.ndarray
+    """The whole slot, writable, in this process."""
+    ref: SlotRef | None
+    """For a process worker: ``attach(ref)`` gives the same memory; None if not shared."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotStats:
+    """A snapshot of a :class:`SlotPool`."""
+
+    count: int
+    """Slots allocated now (grows within max_bytes)."""
+    free: int
+    acquired: int
+    """Held by producers (acquired, not yet leased or released)."""
+    leased: int
+    """Views held by the consumer."""
+    copies: int
+    """Batches delivered as copies because the consumer kept every slot."""
+    nbytes: int
+    """Bytes allocated."""
+
+
+class _PoolCore:
+    """The pool's state; its finalizer and lease callbacks hold this, never the pool.
+
+    Invariant: every slot index is in exactly one of ``free``, ``acquired``, ``leased``
+    (until close, which empties all three).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cond = threading.Condition(threading.RLock())  # reentrant: GC may free a
+        # leased view, and so run on_release, while this thread already holds it
+        self.backings: list[Backing] = []
+        self.arrays: list[np.ndarray] = []
+        self.refs: list[SlotRef | None] = []
+        self.views: list[tuple[int, int]] = []  # (backing index, byte offset) per slot
+        self.free: list[int] = []
+        self.acquired: set[int] = set()
+        self.leased: dict[int, weakref.ref[np.ndarray]] = {}
+        self.closed = False
+
+    def on_release(self, index: int) -> None:
+        with self.cond:
+            if self.leased.pop(index, None) is not None and not self.closed:
+                self.free.append(index)
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.free.clear()
+            self.acquired.clear()
+            self.leased.clear()
+            self.arrays.clear()
+            self.cond.notify_all()
+            backings, self.backings = self.backings, []
+        for backing in backings:
+            backing.close()
+
+
+class SlotPool:
+    """A pool of preallocated, reusable slots of one shape and dtype.
+
+    Args:
+        shape: shape of one slot (e.g. ``(batch, H, W, 3)``).
+        dtype: numpy dtype of a slot.
+        count: slots to allocate up front (>= 1).
+        max_bytes: the pool may grow up to this many bytes while the consumer keeps
+            batches; None keeps it at ``count`` slots.
+        mode: memory mode: ``"host"``; ``"pinned"``, ``"mapped"``, ``"managed"`` come
+            with GPU support.
+        shared: put slots in ``shm_dir`` so process workers can write them in place.
+        name: used in messages.
+        shm_dir: the shared-memory directory (tests point it at a small tmpfs).
+
+    Raises:
+        ValueError: bad count, shape, dtype or a ``max_bytes`` below ``count`` slots.
+        PlatformError: the mode is unavailable, or ``shm_dir`` is too small (the
+            message names Docker's ``--shm-size``); callers may fall back to threads.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: npt.DTypeLike = np.uint8,
+        *,
+        count: int,
+        max_bytes: int | None = None,
+        mode: MemoryMode = "host",
+        shared: bool = False,
+        name: str = "slots",
+        shm_dir: str = SHM_DIR,
+    ) -> None:
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        if count < 1:
+            raise ValueError(f"{name}: count must be >= 1, got {count}")
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"{name}: shape must have no negative sizes, got {shape}")
+        self.item_nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.slot_nbytes = max(PAGE_SIZE, -(-self.item_nbytes // PAGE_SIZE) * PAGE_SIZE)
+        if max_bytes is not None and max_bytes < count * self.slot_nbytes:
+            raise ValueError(
+                f"{name}: max_bytes={max_bytes} is below {count} slots of "
+                f"{self.slot_nbytes} bytes; raise max_bytes or lower count"
+            )
+        self.name, self.mode, self.shared, self.shm_dir = name, mode, shared, shm_dir
+        self.max_bytes = max_bytes
+        self._copies = 0
+        self._core = _PoolCore(name)
+        self._grow(count)
+        self._finalizer = weakref.finalize(self, self._core.close)
+
+    def __enter__(self) -> SlotPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._core.closed
+
+    @property
+    def count(self) -> int:
+        """Slots allocated now."""
+        return len(self._core.views)
+
+    def _grow(self, count: int) -> None:
+        """Allocate ``count`` more slots (cond held, or in __init__)."""
+        core = self._core
+        backing = allocate(
+            count * self.slot_nbytes, mode=self.mode, shared=self.shared, shm_dir=self.shm_dir
+        )
+        core.backings.append(backing)
+        for i in range(count):
+            index, offset = len(core.views), i * self.slot_nbytes
+            core.views.append((len(core.backings) - 1, offset))
+            core.arrays.append(self._view(index))
+            core.refs.append(
+                None
+                if backing.name is None
+                else SlotRef(
+                    backing.name, backing.shm_dir, offset, self.shape, self.dtype.str, index
+                )
+            )
+            core.free.append(index)
+
+    def _can_grow(self) -> bool:
+        return self.max_bytes is not None and (self.count + 1) * self.slot_nbytes <= self.max_bytes
+
+    def _view(self, index: int) -> np.ndarray:
+        backing_index, offset = self._core.views[index]
+        buf = self._core.backings[backing_index].buffer[offset : offset + self.item_nbytes]
+        return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape)
+
+    def _check_open(self, what: str) -> None:
+        if self._core.closed:
+            raise ClosedError(f"{self.name}: {what} after close()")
+
+    def acquire(self, *, timeout_s: float | None = None) -> Slot:
+        """Take a free slot for a producer to fill, growing within ``max_bytes``.
+
+        Args:
+            timeout_s: most seconds to wait for a free slot; None waits until one is
+                free or the pool closes.
+
+        Raises:
+            ClosedError: the pool is closed (also while waiting).
+            TimeoutError: no slot came free within ``timeout_s``.
+        """
+        core = self._core
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with core.cond:
+            while True:
+                self._check_open("acquire()")
+                if core.free:
+                    index = core.free.pop()
+                    core.acquired.add(index)
+                    return Slot(index, core.arrays[index], core.refs[index])
+                if self._can_grow():
+                    self._grow(1)
+                    continue
+                left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"{self.name}: no free slot within {timeout_s} s ({self.count} "
+                        f"slots: {len(core.acquired)} being filled, {len(core.leased)} held "
+                        "by the consumer); release batches sooner or raise max_bytes"
+                    )
+                core.cond.wait(min(left, POLL_INTERVAL_S))
+
+    def release(self, slot: Slot) -> None:
+        """Give an acquired slot back unused (an error, a dropped item); no-op after close.
+
+        Raises:
+            ValueError: the slot is not currently acquired from this pool.
+        """
+        core = self._core
+        with core.cond:
+            if core.closed:
+                return
+            if slot.index not in core.acquired:
+                raise ValueError(f"{self.name}: slot {slot.index} is not acquired")
+            core.acquired.remove(slot.index)
+            core.free.append(slot.index)
+            core.cond.notify_all()
+
+    def lease(self, slot: Slot) -> np.ndarray:
+        """Hand a filled slot to the consumer: a zero-copy view, or a copy if it kept all.
+
+        The slot returns to the pool when the view and everything made from it (numpy
+        views, ``torch.from_numpy`` tensors) are gone. One slot always stays out of the
+        consumer's hands, so producers cannot starve: once the consumer holds every other
+        slot and ``max_bytes`` allows no more, batches arrive as copies (logged once).
+
+        Raises:
+            ClosedError: the pool is closed.
+            ValueError: the slot is not currently acquired from this pool.
+        """
+        core = self._core
+        with core.cond:
+            self._check_open("lease()")
+            if slot.index not in core.acquired:
+                raise ValueError(f"{self.name}: slot {slot.index} is not acquired")
+            if len(core.leased) + 1 >= self.count and not self._can_grow():
+                copy = core.arrays[slot.index].copy()
+                core.acquired.remove(slot.index)
+                core.free.append(slot.index)
+                core.cond.notify_all()
+                self._copies += 1
+                if self._copies == 1:
+                    _log.warning(
+                        "edgeload: %s: the consumer keeps %d batches, every slot but one "
+                        "and all max_bytes=%s allow; later batches are copies, not views. "
+                        "Drop batches sooner, or raise the prefetch budget",
+                        self.name,
+                        len(core.leased),
+                        self.max_bytes,
+                    )
+                return copy
+            if len(core.leased) + 1 >= self.count:
+                self._grow(1)
+            view = self._view(slot.index)
+            base = view.base
+            if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
+                raise TypeError("slot view has no ndarray base")
+            core.acquired.remove(slot.index)
+            core.leased[slot.index] = weakref.ref(base, _Releaser(core, slot.index))
+            return view
+
+    def stats(self) -> SlotStats:
+        """Return a snapshot of the pool's slot counts."""
+        core = self._core
+        with core.cond:
+            return SlotStats(
+                count=self.count,
+                free=len(core.free),
+                acquired=len(core.acquired),
+                leased=len(core.leased),
+                copies=self._copies,
+                nbytes=self.count * self.slot_nbytes,
+            )
+
+    def close(self) -> None:
+        """Free the slots and unlink shared memory; idempotent.
+
+        Batches the consumer still holds stay valid: their pages stay mapped until the
+        last view goes.
+        """
+        self._finalizer()
+
+
+class _Releaser:
+    """Weak-reference callback: the consumer dropped the last view of a slot."""
+
+    __slots__ = ("_core", "_index")
+
+    def __init__(self, core: _PoolCore, index: int) -> None:
+        self._core, self._index = core, index
+
+    def __call__(self, _ref: object) -> None:
+        self._core.on_release(self._index)
