@@ -1,0 +1,119 @@
+"""Measuring what a loader costs: PSS of the whole process tree, CPU time, percentiles.
+
+PSS (proportional set size) counts a page shared by k processes as 1/k in each, so the
+sum over a process tree is what the tree really costs; RSS double-counts pages shared
+with worker processes (torch, shared-memory slots).  Used by ``edgeload autotune`` and
+by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+
+import psutil
+
+# How often the peak sampler reads /proc; smaller costs CPU on a small board.
+SAMPLE_INTERVAL_S = 0.05
+
+
+def tree_pss_bytes(pid: int | None = None) -> int:
+    """PSS of a process and all its descendants, bytes (RSS where PSS is unreadable).
+
+    Args:
+        pid: the root process; default this process.
+    """
+    try:
+        root = psutil.Process(pid or os.getpid())
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue  # it exited between listing and reading
+    return total
+
+
+def tree_cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process and its live descendants (children's
+    reaped time included)."""
+    try:
+        root = psutil.Process(pid or os.getpid())
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+class PeakPss:
+    """Sample the tree's PSS in a background thread; ``peak_bytes`` after exit.
+
+    Use as a context manager around the work to measure::
+
+        with PeakPss() as mem:
+            run()
+        print(mem.peak_bytes)
+    """
+
+    def __init__(self, pid: int | None = None, *, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.pid = pid or os.getpid()
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> int:
+        """Take one sample now and return it."""
+        value = tree_pss_bytes(self.pid)
+        self.peak_bytes = max(self.peak_bytes, value)
+        self.samples += 1
+        return value
+
+    def __enter__(self) -> PeakPss:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="edgeload-pss", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self.sample()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
