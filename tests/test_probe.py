@@ -1,0 +1,449 @@
+"""probe: every fixture device detects as its README says; bad trees never raise."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgeload._probe_boards import decode_pi_revision, jetson_ids
+from edgeload._probe_read import Reader
+from edgeload.errors import PlatformError
+from edgeload.probe import Platform, probe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "platforms"
+KB = 1024
+A57, A78AE, CARMEL = "Cortex-A57", "Cortex-A78AE", "Carmel"
+ADL = "12th Gen Intel(R) Core(TM) i7-12700"
+
+# Expected values from tests/fixtures/platforms/README.md ("Expected: ..." per device).
+# clusters: (core_type, cpus, max_mhz); memory: (total, available, swap) in bytes.
+EXPECTED: dict[str, dict[str, object]] = {
+    "jetson-nano": {
+        "family": "jetson",
+        "model": "NVIDIA Jetson Nano 4GB (devkit module)",
+        "soc": "tegra210",
+        "board_id": "p3448-0000",
+        "l4t_release": "32.6.1",
+        "machine": "aarch64",
+        "online": (0, 1, 2, 3),
+        "clusters": [(A57, (0, 1, 2, 3), 1479.0)],
+        "memory": (4059240 * KB, 592696 * KB, 2029616 * KB),
+        "gpu": (True, True, False, "5.3"),
+    },
+    "jetson-xavier-nx": {
+        "family": "jetson",
+        "model": "NVIDIA Jetson Xavier NX",  # the DT lists SKUs -0000 and -0001
+        "soc": "tegra194",
+        "board_id": "p3668-0000",
+        "l4t_release": "32.7.1",
+        "machine": "aarch64",
+        "online": (0, 1, 2, 3, 4, 5),
+        "clusters": [(CARMEL, (0, 1), 1907.2), (CARMEL, (2, 3), 1907.2), (CARMEL, (4, 5), 1907.2)],
+        "memory": (None, None, None),
+        "gpu": (True, True, True, "7.2"),
+    },
+    "jetson-agx-orin": {
+        "family": "jetson",
+        "model": "NVIDIA Jetson AGX Orin (devkit module)",
+        "soc": "tegra234",
+        "board_id": "p3701-0000",
+        "l4t_release": "36.4.3",
+        "machine": "aarch64",
+        "online": tuple(range(12)),
+        "clusters": [
+            (A78AE, (0, 1, 2, 3), 2201.6),
+            (A78AE, (4, 5, 6, 7), 2201.6),
+            (A78AE, (8, 9, 10, 11), 2201.6),
+        ],
+        "memory": (None, None, None),
+        "gpu": (True, True, True, "8.7"),
+    },
+    "jetson-orin-nano": {
+        "family": "jetson",
+        "model": "NVIDIA Jetson Orin Nano 8GB (devkit module) Super",
+        "soc": "tegra234",
+        "board_id": "p3767-0005",
+        "l4t_release": "36.4.3",
+        "machine": "aarch64",
+        "online": (0, 1, 2, 3, 4, 5),
+        "clusters": [(A78AE, (0, 1, 2, 3), 1728.0), (A78AE, (4, 5), 1728.0)],
+        "memory": (7802736 * KB, 6245596 * KB, 3901344 * KB),
+        "gpu": (True, True, True, "8.7"),
+    },
+    "jetson-tx2": {
+        # cpuinfo only: Denver2 cores exist only in Tegra186 (TX2).
+        "family": "jetson",
+        "model": "NVIDIA Jetson (Tegra X2)",
+        "soc": "tegra186",
+        "board_id": None,
+        "l4t_release": None,
+        "machine": "aarch64",
+        "online": (0, 1, 2, 3, 4, 5),
+        "clusters": [(A57, (0, 3, 4, 5), None), ("Denver2", (1, 2), None)],
+        "memory": (None, None, None),
+        "gpu": (True, True, False, "6.2"),
+    },
+    "jetson-tx2-denver-off": {
+        # Only the A57 cores are left: nothing in the tree says Jetson any more.
+        "family": "arm",
+        "model": "unknown",
+        "soc": None,
+        "board_id": None,
+        "l4t_release": None,
+        "machine": "aarch64",
+        "online": (0, 3, 4, 5),
+        "clusters": [(A57, (0, 3, 4, 5), None)],
+        "memory": (None, None, None),
+        "gpu": (False, None, None, None),
+    },
+    "rpi4": {
+        "family": "raspberry_pi",
+        "model": "Raspberry Pi 4 Model B",
+        "soc": "BCM2711",  # not cpuinfo's "Hardware : BCM2835"
+        "board_id": None,
+        "l4t_release": None,
+        "machine": "aarch64",
+        "online": (0, 1, 2, 3),
+        "clusters": [("Cortex-A72", (0, 1, 2, 3), 1500.0)],
+        "memory": (8000520 * KB, 7799852 * KB, None),
+        "gpu": (False, None, None, None),
+        "pi_revision": ("d03114", "4B", 8192, "Sony UK", "BCM2711", "1.4"),
+    },
+    "rpi-zero-2w": {
+        "family": "raspberry_pi",
+        "model": "Raspberry Pi Zero 2 W",  # the 2021 firmware's DT model omits the "W"
+        "soc": "BCM2837",
+        "board_id": None,
+        "l4t_release": None,
+        "machine": "armv7l",
+        "online": (0, 1, 2, 3),
+        "clusters": [("Cortex-A53", (0, 1, 2, 3), 1000.0)],
+        "memory": (None, None, None),
+        "gpu": (False, None, None, None),
+        "pi_revision": ("902120", "Zero 2 W", 512, "Sony UK", "BCM2837", "1.0"),
+    },
+    # Trees made by us (README section "Trees made by edgeload").
+    "x86-desktop": {
+        "family": "x86",
+        "model": "Dell Inc. OptiPlex 7000",
+        "soc": None,
+        "board_id": None,
+        "l4t_release": None,
+        "machine": "x86_64",
+        "online": tuple(range(20)),
+        "clusters": [(ADL, tuple(range(16)), 4800.0), (ADL, (16, 17, 18, 19), 3600.0)],
+        "memory": (32651172 * KB, 28411036 * KB, 2097148 * KB),
+        "gpu": (False, None, None, None),
+        "usable_count": 20,
+        "limit_bytes": None,
+        "shm_bytes": 32651172 * KB // 2,  # tmpfs without size=: half of RAM
+        "in_container": False,
+    },
+    "container-cgroup2": {
+        "family": "x86",
+        "model": ADL,
+        "machine": "x86_64",
+        "online": tuple(range(20)),
+        "usable_count": 2,  # cpu.max 150000/100000 = 1.5, rounded up
+        "quota_cpus": 1.5,
+        "limit_bytes": 2 << 30,
+        "shm_bytes": 64 << 20,
+        "in_container": True,
+    },
+    "container-cgroup1": {
+        "family": "x86",
+        "model": "Intel(R) Core(TM) i7-7700 CPU @ 3.60GHz",
+        "online": tuple(range(8)),
+        "usable_count": 2,  # cpuset 0-1 is tighter than the 2.5-CPU quota
+        "quota_cpus": 2.5,
+        "limit_bytes": 1 << 30,
+        "shm_bytes": 256 << 20,
+        "in_container": True,
+    },
+    "jetson-agx-orin-container": {
+        "family": "jetson",
+        "model": "NVIDIA Jetson (Orin)",
+        "soc": "tegra234",  # R36 exists only for Orin
+        "board_id": None,
+        "l4t_release": "36.4.3",
+        "online": tuple(range(12)),
+        "gpu": (True, True, True, "8.7"),
+        "in_container": True,
+    },
+}
+
+
+def _observed(p: Platform, keys: list[str]) -> dict[str, object]:
+    """The facts named in an EXPECTED row, in the same shapes."""
+    every = {
+        "family": p.family,
+        "model": p.model,
+        "soc": p.soc,
+        "board_id": p.board_id,
+        "l4t_release": p.l4t_release,
+        "machine": p.machine,
+        "online": p.cpu.online,
+        "clusters": [(c.core_type, c.cpus, c.max_mhz) for c in p.cpu.clusters],
+        "memory": (p.memory.total_bytes, p.memory.available_bytes, p.memory.swap_bytes),
+        "gpu": (p.gpu.present, p.gpu.integrated, p.gpu.io_coherent, p.gpu.compute_capability),
+        "pi_revision": None
+        if p.pi_revision is None
+        else (
+            p.pi_revision.code,
+            p.pi_revision.model,
+            p.pi_revision.ram_mb,
+            p.pi_revision.manufacturer,
+            p.pi_revision.processor,
+            p.pi_revision.revision,
+        ),
+        "usable_count": p.cpu.usable_count,
+        "quota_cpus": p.cpu.quota_cpus,
+        "limit_bytes": p.memory.limit_bytes,
+        "shm_bytes": p.memory.shm_bytes,
+        "in_container": p.in_container,
+    }
+    return {k: every[k] for k in keys}
+
+
+def test_every_fixture_has_an_expected_row():
+    assert sorted(EXPECTED) == sorted(d.name for d in FIXTURES.iterdir() if d.is_dir())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_detects_as_documented(name):
+    p = probe(FIXTURES / name)
+    expected = EXPECTED[name]
+    assert _observed(p, list(expected)) == expected
+    assert not p.live and p.opencv is None and p.gpu.cuda_usable is None
+    assert p.cpu.online_count == len(p.cpu.online)
+    assert 1 <= p.cpu.usable_count <= p.cpu.online_count
+    assert sum(c.count for c in p.cpu.clusters) == p.cpu.online_count
+    assert json.loads(json.dumps(p.to_dict()))["family"] == p.family
+
+
+def test_compatible_keeps_order_and_drops_nuls():
+    p = probe(FIXTURES / "jetson-orin-nano")
+    assert p.compatible == (
+        "nvidia,p3768-0000+p3767-0005-super",
+        "nvidia,p3767-0005",
+        "nvidia,tegra234",
+    )
+    assert p.carrier_id == "p3768-0000"
+    assert p.model_reported == "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super"
+
+
+def _copy(name: str, dest: Path) -> Path:
+    root = dest / name
+    shutil.copytree(FIXTURES / name, root, symlinks=True)
+    return root
+
+
+def test_absolute_device_tree_symlink_resolves_under_root(tmp_path):
+    # proc/device-tree -> /dt (absolute): only the copy under root has it; the host does not.
+    root = _copy("jetson-nano", tmp_path)
+    (root / "proc" / "device-tree").unlink()
+    (root / "sys" / "firmware" / "devicetree" / "base").rename(root / "dt")
+    (root / "proc" / "device-tree").symlink_to("/dt")
+    p = probe(root)
+    assert (p.family, p.board_id, p.soc) == ("jetson", "p3448-0000", "tegra210")
+    reader = Reader(str(root))
+    assert reader.resolve("proc/device-tree/model") == str(root / "dt" / "model")
+    assert reader.resolve("../../etc/passwd") == str(root / "etc" / "passwd")
+
+
+def test_symlink_loop_is_unknown_not_a_hang(tmp_path):
+    root = _copy("rpi4", tmp_path)
+    shutil.rmtree(root / "sys" / "firmware")
+    (root / "proc" / "device-tree").unlink()
+    (root / "proc" / "device-tree").symlink_to("device-tree")
+    p = probe(root)
+    # The device tree is gone, cpuinfo's Model/Revision still identify the Pi.
+    assert (p.family, p.compatible, p.model) == ("raspberry_pi", (), "Raspberry Pi 4 Model B")
+
+
+def test_model_string_drift_does_not_change_the_board(tmp_path):
+    # R34.1 named the AGX Orin devkit "NVIDIA Orin Jetson-Small Developer Kit".
+    root = _copy("jetson-agx-orin", tmp_path)
+    dt = root / "sys" / "firmware" / "devicetree" / "base"
+    (dt / "model").write_bytes(b"NVIDIA Orin Jetson-Small Developer Kit\x00")
+    p = probe(root)
+    assert (p.model, p.board_id) == ("NVIDIA Jetson AGX Orin (devkit module)", "p3701-0000")
+    assert p.model_reported == "NVIDIA Orin Jetson-Small Developer Kit"
+
+
+def test_cpuinfo_with_or_without_final_newline_reads_the_same(tmp_path):
+    root = _copy("jetson-nano", tmp_path)
+    cpuinfo = root / "proc" / "cpuinfo"
+    before = probe(root).cpu
+    cpuinfo.write_bytes(cpuinfo.read_bytes() + b"\n\n")
+    assert probe(root).cpu == before
+
+
+def test_online_falls_back_to_possible_then_cpuinfo(tmp_path):
+    root = _copy("jetson-tx2", tmp_path)
+    cpu_dir = root / "sys" / "devices" / "system" / "cpu"
+    cpu_dir.mkdir(parents=True)
+    (cpu_dir / "possible").write_text("0-5\n")
+    (cpu_dir / "online").write_text("garbage\n")
+    assert probe(root).cpu.online == (0, 1, 2, 3, 4, 5)
+    (cpu_dir / "online").write_text("0,3-5\n")
+    p = probe(root)
+    assert p.cpu.online == (0, 3, 4, 5)
+    assert [c.core_type for c in p.cpu.clusters] == [A57]
+
+
+@pytest.mark.parametrize(
+    ("code", "fields", "model"),
+    [
+        ("d03114", ("4B", 8192, "Sony UK", "BCM2711", "1.4"), "Raspberry Pi 4 Model B"),
+        ("902120", ("Zero 2 W", 512, "Sony UK", "BCM2837", "1.0"), "Raspberry Pi Zero 2 W"),
+        ("c03111", ("4B", 4096, "Sony UK", "BCM2711", "1.1"), "Raspberry Pi 4 Model B"),
+        ("d04170", ("5", 8192, "Sony UK", "BCM2712", "1.0"), "Raspberry Pi 5"),
+        ("a22082", ("3B", 1024, "Embest", "BCM2837", "1.2"), "Raspberry Pi 3 Model B"),
+        ("9000c1", ("Zero W", 512, "Sony UK", "BCM2835", "1.1"), "Raspberry Pi Zero W"),
+    ],
+)
+def test_pi_revision_codes_decode(code, fields, model):
+    decoded = decode_pi_revision(code)
+    assert decoded is not None
+    revision, full = decoded
+    assert (revision.code, revision.model, revision.ram_mb) == (code, *fields[:2])
+    assert (revision.manufacturer, revision.processor, revision.revision) == fields[2:]
+    assert full == model
+
+
+@pytest.mark.parametrize("code", ["000e", "0010", "", "zz", None])
+def test_old_or_bad_pi_revision_codes_are_not_decoded(code):
+    assert decode_pi_revision(code) is None
+
+
+def test_pi5_revision_from_device_tree_when_cpuinfo_has_none(tmp_path):
+    dt = tmp_path / "proc" / "device-tree"
+    (dt / "system").mkdir(parents=True)
+    (dt / "compatible").write_bytes(b"raspberrypi,5-model-b\x00brcm,bcm2712\x00")
+    (dt / "model").write_bytes(b"Raspberry Pi 5 Model B Rev 1.0\x00")
+    (dt / "system" / "linux,revision").write_bytes(bytes.fromhex("00d04170"))
+    p = probe(tmp_path)
+    assert (p.family, p.model, p.soc) == ("raspberry_pi", "Raspberry Pi 5", "BCM2712")
+    assert p.pi_revision is not None and p.pi_revision.ram_mb == 8192
+
+
+@pytest.mark.parametrize(
+    ("compatible", "module", "carrier", "name"),
+    [
+        (("nvidia,p3768-0000+p3767-0003-super", "nvidia,p3767-0003", "nvidia,tegra234"),
+         "p3767-0003", "p3768-0000", "Jetson Orin Nano 8GB"),
+        (("nvidia,p3509-0000+p3767-0000", "nvidia,tegra234"), "p3767-0000", "p3509-0000",
+         "Jetson Orin NX 16GB"),
+        (("nvidia,p3509-0000+p3636-0001", "nvidia,tegra186"), "p3636-0001", "p3509-0000",
+         "Jetson TX2 NX"),
+        (("nvidia,p2771-0000", "nvidia,tegra186"), None, None, None),
+    ],
+)  # fmt: skip
+def test_jetson_module_ids(compatible, module, carrier, name):
+    ids = jetson_ids(compatible)
+    assert (ids.module, ids.carrier, ids.name) == (module, carrier, name)
+
+
+def test_cgroup_v1_unlimited_and_v2_max_mean_no_limit(tmp_path):
+    root = _copy("container-cgroup1", tmp_path)
+    (root / "sys/fs/cgroup/memory/memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (root / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us").write_text("-1\n")
+    p = probe(root)
+    assert (p.memory.limit_bytes, p.cpu.quota_cpus, p.cpu.usable_count) == (None, None, 2)
+    root2 = _copy("container-cgroup2", tmp_path)
+    (root2 / "sys/fs/cgroup/memory.max").write_text("max\n")
+    (root2 / "sys/fs/cgroup/cpu.max").write_text("max 100000\n")
+    p2 = probe(root2)
+    assert (p2.memory.limit_bytes, p2.cpu.quota_cpus, p2.cpu.usable_count) == (None, None, 20)
+
+
+def test_cgroup_v2_nested_path_takes_the_tightest_ancestor(tmp_path):
+    root = _copy("x86-desktop", tmp_path)
+    user = root / "sys/fs/cgroup/user.slice"
+    (user / "memory.max").write_text(f"{3 << 30}\n")
+    (user / "cpu.max").write_text("50000 100000\n")
+    p = probe(root)
+    assert (p.memory.limit_bytes, p.cpu.quota_cpus, p.cpu.usable_count) == (3 << 30, 0.5, 1)
+    assert p.memory.usable_bytes is not None and p.memory.usable_bytes <= 3 << 30
+
+
+def test_empty_root_is_all_unknown_but_valid(tmp_path):
+    p = probe(tmp_path)
+    assert (p.family, p.model, p.machine) == ("x86", "unknown", "unknown")
+    assert (p.cpu.online_count, p.cpu.usable_count, p.cpu.clusters) == (1, 1, ())
+    assert p.memory.total_bytes is None and not p.gpu.present
+    assert any("cpuinfo" in note for note in p.notes)
+
+
+def test_missing_root_is_a_platform_error(tmp_path):
+    with pytest.raises(PlatformError, match=r"no-such-dir.*not a directory"):
+        probe(tmp_path / "no-such-dir")
+
+
+def _fixture_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+_mutation = st.one_of(
+    st.just("delete"),
+    st.just("keep"),
+    st.binary(max_size=96),
+    st.integers(min_value=0, max_value=4096),  # truncate the real content here
+)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(EXPECTED)), data=st.data())
+def test_garbage_files_never_raise(name, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = _copy(name, Path(tmp))
+        for path in _fixture_files(root):
+            change = data.draw(_mutation, label=str(path.relative_to(root)))
+            if change == "delete":
+                path.unlink()
+            elif isinstance(change, bytes):
+                path.write_bytes(change)
+            elif isinstance(change, int):
+                path.write_bytes(path.read_bytes()[:change])
+        p = probe(root)
+        encoded = json.dumps(p.to_dict())
+        assert json.loads(encoded)["cpu"]["online_count"] >= 1
+        assert p.cpu.usable_count >= 1
+        assert p.family in ("jetson", "raspberry_pi", "arm", "x86")
+
+
+def test_live_probe_of_this_machine():
+    probe.cache_clear()
+    p = probe()
+    assert p.live and p.root == "/"
+    assert p.family == "x86" and p.machine == os.uname().machine
+    assert p.cpu.online_count >= 1
+    assert 1 <= p.cpu.usable_count <= p.cpu.online_count
+    assert p.cpu.usable_count <= len(os.sched_getaffinity(0))
+    assert p.memory.total_bytes is not None and p.memory.total_bytes > 0
+    assert p.memory.shm_bytes is not None and p.memory.shm_bytes > 0
+    if os.path.exists("/.dockerenv"):
+        assert p.in_container
+    # OpenCV is installed in the test environment; its build facts come from cv2 itself.
+    cv2 = pytest.importorskip("cv2")
+    assert p.opencv is not None and p.opencv.version == cv2.__version__
+    ffmpeg = re.search(r"FFMPEG:\s*(\w+)", cv2.getBuildInformation())
+    assert p.opencv.ffmpeg == (ffmpeg is not None and ffmpeg.group(1) == "YES")
+    json.dumps(p.to_dict())
+
+
+def test_live_probe_is_cached_until_cleared():
+    probe.cache_clear()
+    first = probe()
+    assert probe("/") is first
+    probe.cache_clear()
+    assert probe() is not first
