@@ -1,0 +1,167 @@
+"""Collating fixed-size samples straight into a preallocated slot.
+
+When every sample has the same structure (an array or tensor, or a dict / tuple / list
+of arrays, tensors and Python numbers) and the same shapes and dtypes, a batch is laid
+out in one flat byte buffer: each leaf gets a ``(batch, *shape)`` region, and a worker
+copies each sample into its row.  The batch the user gets is ``torch.from_numpy`` views
+of the buffer, of the same types, shapes and dtypes ``default_collate`` would give, with
+no ``torch.stack`` allocation.  Anything else goes through torch's ``default_collate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._deps import require_torch
+
+# Leaves start on a cache-line boundary.
+_ALIGN = 64
+_NUMBER_DTYPES: dict[type, np.dtype[Any]] = {
+    bool: np.dtype(np.bool_),
+    int: np.dtype(np.int64),
+    float: np.dtype(np.float64),
+}
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    shape: tuple[int, ...]
+    dtype: str
+    offset: int
+    """Byte offset of the leaf's ``(batch, *shape)`` region in the slot."""
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Where each leaf of a batch of ``batch_size`` samples lives in one slot.
+
+    ``tree`` mirrors the sample: a :class:`_Leaf`, or a ``("dict", keys, children)``,
+    ``("list", children)`` node.  It is plain data, so it pickles to process workers.
+    """
+
+    batch_size: int
+    tree: Any
+    nbytes: int
+
+
+def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    torch = require_torch()
+    if type(value) in _NUMBER_DTYPES:
+        return (), _NUMBER_DTYPES[type(value)]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return tuple(value.shape), value.dtype
+    if (
+        isinstance(value, torch.Tensor)
+        and value.layout == torch.strided
+        and value.device.type == "cpu"
+        and not value.requires_grad
+        and value.dtype not in (torch.bfloat16, torch.complex64, torch.complex128)
+    ):
+        return tuple(value.shape), torch.empty((), dtype=value.dtype).numpy().dtype
+    return None
+
+
+def plan_layout(sample: Any, batch_size: int) -> SlotLayout | None:
+    """A slot layout for batches of samples shaped like ``sample``, or None if unsuited."""
+    offset = 0
+
+    def walk(value: Any) -> Any:
+        nonlocal offset
+        if type(value) is dict:
+            if not all(isinstance(k, str) for k in value):
+                raise _Unsuited
+            return ("dict", tuple(value), tuple(walk(v) for v in value.values()))
+        if type(value) in (tuple, list):
+            return ("list", tuple(walk(v) for v in value))
+        info = _leaf_info(value)
+        if info is None:
+            raise _Unsuited
+        shape, dtype = info
+        leaf = _Leaf(shape, dtype.str, offset)
+        size = batch_size * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset += -(-size // _ALIGN) * _ALIGN
+        return leaf
+
+    try:
+        tree = walk(sample)
+    except _Unsuited:
+        return None
+    return SlotLayout(batch_size, tree, max(offset, _ALIGN))
+
+
+class _Unsuited(Exception):
+    pass
+
+
+def _views(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
+    def walk(node: Any) -> Any:
+        if isinstance(node, _Leaf):
+            dtype = np.dtype(node.dtype)
+            count = layout.batch_size * int(np.prod(node.shape, dtype=np.int64))
+            flat = buf[node.offset : node.offset + count * dtype.itemsize].view(dtype)
+            return flat.reshape(layout.batch_size, *node.shape)[:rows]
+        if node[0] == "dict":
+            return dict(zip(node[1], (walk(c) for c in node[2]), strict=True))
+        return [walk(c) for c in node[1]]
+
+    return walk(layout.tree)
+
+
+def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -> bool:
+    """Copy ``samples`` into the slot ``buf``; False (nothing usable) if one does not fit."""
+    if len(samples) > layout.batch_size:
+        return False
+    views = _views(layout, buf, len(samples))
+
+    def put(node: Any, view: Any, value: Any, row: int) -> None:
+        if isinstance(node, _Leaf):
+            info = _leaf_info(value)
+            if info is None or info[0] != node.shape or info[1].str != node.dtype:
+                raise _Unsuited
+            view[row] = value.numpy() if hasattr(value, "numpy") else value
+            return
+        if node[0] == "dict":
+            if type(value) is not dict or tuple(value) != node[1]:
+                raise _Unsuited
+            for child, key in zip(node[2], node[1], strict=True):
+                put(child, view[key], value[key], row)
+            return
+        if type(value) not in (tuple, list) or len(value) != len(node[1]):
+            raise _Unsuited
+        for i, child in enumerate(node[1]):
+            put(child, view[i], value[i], row)
+
+    try:
+        for row, sample in enumerate(samples):
+            put(layout.tree, views, sample, row)
+    except _Unsuited:
+        return False
+    return True
+
+
+def read_batch(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
+    """The batch in ``buf`` as tensors viewing the slot (no copy)."""
+    torch = require_torch()
+
+    def wrap(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: wrap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [wrap(v) for v in value]
+        return torch.from_numpy(value)
+
+    return wrap(_views(layout, buf, rows))
+
+
+def default_collate() -> Callable[[Any], Any]:
+    """torch's ``default_collate``."""
+    return require_torch().utils.data.default_collate  # type: ignore[no-any-return]
+
+
+def default_convert() -> Callable[[Any], Any]:
+    """torch's ``default_convert`` (used without automatic batching)."""
+    return require_torch().utils.data.default_convert  # type: ignore[no-any-return]
