@@ -239,6 +239,10 @@ def open_capture(
         const = getattr(cv2, name, None)  # absent in older OpenCV 4.x
         if const is not None and (target.backend == "ffmpeg" or name != "CAP_PROP_N_THREADS"):
             params += [const, value]
+    if target.backend == "ffmpeg" and target.kind in NETWORK_KINDS:
+        # FFmpeg probes a live stream for 5 s by default to estimate its frame rate;
+        # 1 s is plenty for the codec parameters. A user's own options win.
+        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "analyzeduration;1000000")
     if target.backend == "ffmpeg" and not hasattr(cv2, "CAP_PROP_N_THREADS"):
         # OpenCV < 4.8 reads the decode thread count from the environment at open.
         os.environ["OPENCV_FFMPEG_THREADS"] = str(ffmpeg_threads)

@@ -40,7 +40,8 @@ class StreamReader:
         sink: receives each frame; see :data:`Sink`.
         ffmpeg_threads: FFmpeg decode threads for this stream.
         start_frame: files: the frame index to start at (resume).
-        gate: set when this reader may open (local sources open before network ones).
+        gate: events to wait for before opening (local sources open before network
+            ones), at most twice the open timeout in all.
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class StreamReader:
         sink: Sink,
         ffmpeg_threads: int = 1,
         start_frame: int = 0,
-        gate: threading.Event | None = None,
+        gate: list[threading.Event] | None = None,
     ) -> None:
         self.source = source
         self.target = target
@@ -86,6 +87,11 @@ class StreamReader:
         """Start the reader thread."""
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The reader thread (``edgeload-video-N``)."""
+        return self._thread
+
     def stop(self) -> None:
         """Ask the thread to stop; it notices within one read (or read timeout)."""
         self._stop.set()
@@ -105,8 +111,9 @@ class StreamReader:
         return self.frames / max(1e-9, time.monotonic() - self._started_at)
 
     def _run(self) -> None:
-        if self._gate is not None:
-            self._gate.wait(self.source.open_timeout_s * 2)
+        until = time.monotonic() + self.source.open_timeout_s * 2
+        for event in self._gate or ():
+            event.wait(max(0.0, until - time.monotonic()))
         ever_streamed = False
         failures = 0
         while not self._stop.is_set():
@@ -175,6 +182,8 @@ class StreamReader:
         src = self.source
         self.fps_reported = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         declared = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0) if src.kind == "file" else 0
+        if src.loop and declared:
+            self.position %= declared
         if src.kind == "file" and self.position:
             self._seek(cap, self.position)
         rate = self.fps_reported if 0 < self.fps_reported < 1000 else 30.0

@@ -1,0 +1,78 @@
+"""Resize, letterbox and colour-convert one decoded frame straight into its batch place.
+
+OpenCV writes into a ``dst=`` array when its shape and type match, so the frame goes
+from the stream's decode buffer to the slot with no array of frame size made per
+frame.  ``NCHW`` needs one transposing copy from a per-stream scratch image, which
+is made once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from .._deps import require_cv2
+
+Layout = Literal["NHWC", "NCHW"]
+Color = Literal["bgr", "rgb"]
+ResizeMode = Literal["stretch", "letterbox"]
+LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained with
+
+
+class FrameWriter:
+    """Writes frames of any input size into ``(H, W, 3)`` or ``(3, H, W)`` batch places.
+
+    Args:
+        size: output ``(width, height)``, pixels.
+        layout: ``NHWC`` or ``NCHW`` (the slot's layout).
+        color: ``bgr`` (OpenCV's order) or ``rgb``.
+        resize: ``stretch`` to fill, or ``letterbox`` (keep the aspect ratio, pad grey).
+    """
+
+    def __init__(
+        self, *, size: tuple[int, int], layout: Layout, color: Color, resize: ResizeMode
+    ) -> None:
+        self.size = size
+        self.layout = layout
+        self.color = color
+        self.resize = resize
+        w, h = size
+        self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
+        self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] | None = None
+
+    def _box(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+        """``(top, left, height, width)`` of the picture inside the output, cached."""
+        if self._geometry is not None and self._geometry[0] == shape:
+            return self._geometry[1]
+        w, h = self.size
+        src_h, src_w = shape[0], shape[1]
+        if self.resize == "stretch":
+            box = (0, 0, h, w)
+        else:
+            scale = min(w / src_w, h / src_h)
+            new_w, new_h = max(1, round(src_w * scale)), max(1, round(src_h * scale))
+            box = ((h - new_h) // 2, (w - new_w) // 2, new_h, new_w)
+        self._geometry = (shape, box)
+        return box
+
+    def write(self, frame: np.ndarray, place: np.ndarray) -> None:
+        """Write BGR ``frame`` (H', W', 3) into ``place`` in the configured form."""
+        cv2 = require_cv2()
+        hwc = self._scratch if self._scratch is not None else place
+        top, left, h, w = self._box(frame.shape)
+        if (h, w) != hwc.shape[:2]:
+            # Pad only the borders; the picture area is overwritten below.
+            hwc[:top] = LETTERBOX_FILL
+            hwc[top + h :] = LETTERBOX_FILL
+            hwc[top : top + h, :left] = LETTERBOX_FILL
+            hwc[top : top + h, left + w :] = LETTERBOX_FILL
+        inner = hwc[top : top + h, left : left + w]
+        if frame.shape[:2] == (h, w):
+            np.copyto(inner, frame)
+        else:
+            cv2.resize(frame, (w, h), dst=inner, interpolation=cv2.INTER_LINEAR)
+        if self.color == "rgb":
+            cv2.cvtColor(inner, cv2.COLOR_BGR2RGB, dst=inner)
+        if self._scratch is not None:
+            np.copyto(place, self._scratch.transpose(2, 0, 1))

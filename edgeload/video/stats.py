@@ -1,0 +1,120 @@
+"""What a :class:`~edgeload.video.streams.StreamLoader` reports and saves.
+
+``stats()`` is for people and dashboards: per stream state, rates, drops, reconnects,
+the last error and the exact pipeline OpenCV opened; for the loader the batch rate,
+queue depth, frame age percentiles and bytes held.  ``state_dict()`` is for resume:
+each file stream's next frame index, as plain ints and strings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .streams import StreamLoader
+
+STATE_VERSION = 1
+KEY_VERSION = "version"
+KEY_STREAMS = "streams"
+KEY_URI = "uri"
+KEY_FRAME = "frame"
+
+
+def _stream_stats(stream: Any) -> dict[str, Any]:
+    src, reader, target = stream.source, stream.reader, stream.target
+    now = time.monotonic()
+    out: dict[str, Any] = {
+        "id": stream.sid,
+        "name": src.name,
+        "kind": src.kind,
+        "backend": target.backend,
+        "pipeline": target.open_string,
+        "policy": src.policy,
+        "state": "pending" if reader is None else reader.state.value,
+        "delivered": stream.delivered,
+        "drops": stream.drops,
+    }
+    if reader is not None:
+        age = None if reader.last_frame_at is None else (now - reader.last_frame_at) * 1000
+        out.update(
+            frames=reader.frames,
+            fps_measured=round(reader.fps_measured(), 2),
+            fps_reported=reader.fps_reported,
+            skipped=reader.skipped,
+            late=reader.late,
+            reconnects=reader.reconnects,
+            attempts=reader.attempts,
+            last_error=reader.last_error,
+            last_frame_age_ms=None if age is None else round(age, 1),
+            retry_in_s=None if reader.retry_at is None else round(reader.retry_at - now, 2),
+            position=reader.position,
+        )
+    return out
+
+
+def loader_stats(loader: StreamLoader) -> dict[str, Any]:
+    """The numbers behind ``StreamLoader.stats()``."""
+    with loader._lock:
+        streams = list(loader._streams.values())
+    ages = np.fromiter(loader._ages, float) if loader._ages else None
+    times = list(loader._delivered_at)
+    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    pre = loader._prefetch.stats()
+    slot_bytes = sum(p.stats().nbytes for p in loader._asm.pools() if not p.closed)
+    return {
+        "batches": loader._batches,
+        "batch_rate": round(rate, 2),
+        "queue_depth": pre.depth,
+        "queue_drops": pre.drops,
+        "slot_misses": loader._asm.slot_misses,
+        "frame_age_ms": {
+            "p50": None if ages is None else round(float(np.percentile(ages, 50)), 1),
+            "p99": None if ages is None else round(float(np.percentile(ages, 99)), 1),
+        },
+        "drops": sum(s.drops for s in streams),
+        "bytes_held": pre.bytes_held,
+        "slot_bytes": slot_bytes,
+        "deadline_ms": loader.deadline_ms,
+        "plan": loader.plan.describe(),
+        "streams": [_stream_stats(s) for s in streams],
+    }
+
+
+def loader_state(loader: StreamLoader) -> dict[str, Any]:
+    """The numbers behind ``StreamLoader.state_dict()``."""
+    with loader._lock:
+        streams = list(loader._streams.values())
+    return {
+        KEY_VERSION: STATE_VERSION,
+        KEY_STREAMS: [
+            {KEY_URI: str(s.source.uri), KEY_FRAME: s.last_seq + 1}
+            for s in streams
+            if s.source.kind == "file"
+        ],
+    }
+
+
+def load_loader_state(loader: StreamLoader, state: dict[str, Any]) -> None:
+    """The work behind ``StreamLoader.load_state_dict()``."""
+    if loader._started:
+        raise ValueError(
+            "StreamLoader.load_state_dict() must come before iteration starts; "
+            "make a new loader and load the state into it"
+        )
+    if state.get(KEY_VERSION) != STATE_VERSION:
+        raise ValueError(
+            f"StreamLoader state version {state.get(KEY_VERSION)!r} is not {STATE_VERSION}; "
+            "it was saved by another edgeload version"
+        )
+    files = [s for s in loader._streams.values() if s.source.kind == "file"]
+    saved = state.get(KEY_STREAMS, [])
+    if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
+        raise ValueError(
+            f"StreamLoader state is for files {[e[KEY_URI] for e in saved]}, this loader has "
+            f"{[str(s.source.uri) for s in files]}; give the same file sources in the same order"
+        )
+    for stream, entry in zip(files, saved, strict=True):
+        stream.last_seq = int(entry[KEY_FRAME]) - 1
