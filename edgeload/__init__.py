@@ -11,12 +11,15 @@ from .errors import (
     WorkerError,
     WorkerTimeout,
 )
+from .loader import DataLoader, get_worker_info
 from .plan import Plan, Threads, plan_for
 from .probe import Platform, probe
 from .profile import Profile, load_profile
+from .state import load_state, save_state
 
 __all__ = [
     "ClosedError",
+    "DataLoader",
     "EdgeloadError",
     "MissingDependency",
     "Plan",
@@ -29,7 +32,10 @@ __all__ = [
     "WorkerError",
     "WorkerTimeout",
     "__version__",
+    "get_worker_info",
     "load_profile",
+    "load_state",
     "plan_for",
     "probe",
+    "save_state",
 ]
