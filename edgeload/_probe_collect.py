@@ -145,7 +145,19 @@ def _gpu(board: _Board, reader: Reader) -> GpuInfo:
         coherent = None if cc is None else tuple(map(int, cc.split("."))) >= (7, 2)
         return GpuInfo(True, True, coherent, soc.gpu if soc else None, cc, None)
     if live_facts.nvidia_gpu_evidence(reader):
-        return GpuInfo(True, False, None, None, None, None)
+        name = None
+        for bus in reader.listdir("proc/driver/nvidia/gpus"):
+            info = reader.read_text(f"proc/driver/nvidia/gpus/{bus}/information") or ""
+            name = next(
+                (
+                    ln.split(":", 1)[1].strip()
+                    for ln in info.splitlines()
+                    if ln.startswith("Model:")
+                ),
+                None,
+            )
+            break
+        return GpuInfo(True, False, None, name, None, None)
     return GpuInfo(False, None, None, None, None, None)
 
 
@@ -239,4 +251,5 @@ def collect(root: str, *, live: bool) -> Platform:
         root=root,
         live=live,
         notes=tuple(notes),
+        hw_decoders=hw.hw_decoders(reader, discrete_nvidia=gpu.present and not gpu.integrated),
     )

@@ -151,3 +151,33 @@ def shm_size(reader: Reader, *, live: bool, total: int | None) -> int | None:
                 else:
                     size = number * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit]
     return size
+
+
+_GST_DIRS = (
+    "usr/lib/aarch64-linux-gnu/gstreamer-1.0",
+    "usr/lib/arm-linux-gnueabihf/gstreamer-1.0",
+    "usr/lib/x86_64-linux-gnu/gstreamer-1.0",
+    "usr/lib/gstreamer-1.0",
+)
+
+
+def hw_decoders(reader: Reader, *, discrete_nvidia: bool) -> tuple[str, ...]:
+    """GStreamer hardware decoder elements whose plugin and device files both exist."""
+    plugins = {name for d in _GST_DIRS for name in reader.listdir(d)}
+    v4l2_names = [
+        reader.read_line(f"sys/class/video4linux/{dev}/name") or ""
+        for dev in reader.listdir("sys/class/video4linux")
+    ]
+    found = []
+    # JetPack's NVDEC plugin; the file alone is the evidence (its devices vary by release).
+    if "libgstnvvideo4linux2.so" in plugins:
+        found.append("nvv4l2decoder")
+    # Raspberry Pi <= 4: the firmware codec is a stateful V4L2 decoder (/dev/video10).
+    if "libgstvideo4linux2.so" in plugins and any("codec-decode" in n for n in v4l2_names):
+        found.append("v4l2h264dec")
+    # Raspberry Pi 5: HEVC only, through a stateless V4L2 decoder.
+    if "libgstv4l2codecs.so" in plugins and any("hevc-dec" in n for n in v4l2_names):
+        found.append("v4l2slh265dec")
+    if "libgstnvcodec.so" in plugins and discrete_nvidia:
+        found.append("nvh264dec")
+    return tuple(found)

@@ -193,6 +193,9 @@ class Platform:
     """Whether running-process facts (affinity, torch, cv2) were consulted."""
     notes: tuple[str, ...] = field(default=())
     """Why some facts are unknown or were inferred, one line each."""
+    hw_decoders: tuple[str, ...] = field(default=())
+    """GStreamer hardware decoder elements whose plugin and device files exist under root
+    (``nvv4l2decoder``, ``v4l2h264dec``, ...). A hint: OpenCV must also have GStreamer."""
 
     def to_dict(self) -> dict[str, Any]:
         """The platform as plain JSON-serialisable data (tuples become lists)."""

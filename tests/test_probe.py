@@ -447,3 +447,50 @@ def test_live_probe_is_cached_until_cleared():
     assert probe("/") is first
     probe.cache_clear()
     assert probe() is not first
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "expected"),
+    [
+        ("rpi4", {}, ()),
+        (
+            "rpi4",
+            {
+                "usr/lib/aarch64-linux-gnu/gstreamer-1.0/libgstvideo4linux2.so": "",
+                "sys/class/video4linux/video10/name": "bcm2835-codec-decode\n",
+            },
+            ("v4l2h264dec",),
+        ),
+        # The plugin without the firmware codec device is not a decoder.
+        ("rpi4", {"usr/lib/aarch64-linux-gnu/gstreamer-1.0/libgstvideo4linux2.so": ""}, ()),
+        (
+            "jetson-orin-nano",
+            {"usr/lib/aarch64-linux-gnu/gstreamer-1.0/libgstnvvideo4linux2.so": ""},
+            ("nvv4l2decoder",),
+        ),
+        # NVIDIA's desktop plugin needs a discrete NVIDIA GPU.
+        ("x86-desktop", {"usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstnvcodec.so": ""}, ()),
+    ],
+)
+def test_hardware_decoders_need_plugin_and_device(tmp_path, name, files, expected):
+    root = _copy(name, tmp_path)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert probe(root).hw_decoders == expected
+
+
+def test_discrete_nvidia_gpu_from_driver_files(tmp_path):
+    root = _copy("x86-desktop", tmp_path)
+    gpu_dir = root / "proc/driver/nvidia/gpus/0000:01:00.0"
+    gpu_dir.mkdir(parents=True)
+    (gpu_dir / "information").write_text(
+        "Model: \t\t NVIDIA GeForce RTX 3060\nIRQ:   \t\t 147\nBus Type: \t PCIe\n"
+    )
+    plugin = root / "usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstnvcodec.so"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_bytes(b"")
+    p = probe(root)
+    assert (p.gpu.present, p.gpu.integrated, p.gpu.name) == (True, False, "NVIDIA GeForce RTX 3060")
+    assert p.gpu.cuda_usable is None  # a fixture root never asks torch
+    assert p.hw_decoders == ("nvh264dec",)
