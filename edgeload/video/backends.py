@@ -54,7 +54,7 @@ class Target:
         return self.kind in LIVE_KINDS
 
 
-def classify(uri: str | int) -> tuple[SourceKind, str | int]:
+def classify(uri: object) -> tuple[SourceKind, str | int]:
     """Say what kind of input ``uri`` is, checking what can be checked without opening it.
 
     Args:
@@ -75,7 +75,7 @@ def classify(uri: str | int) -> tuple[SourceKind, str | int]:
         if uri < 0:
             raise SourceError(f"camera index {uri} is negative; use 0, 1, ...", source=uri)
         return "device", uri
-    text = os.fspath(uri).strip()
+    text = os.fspath(uri).strip()  # type: ignore[arg-type]
     if "!" in text:
         _check_pipeline(text)
         return "pipeline", text
@@ -161,6 +161,7 @@ def build_target(
     backend: Literal["auto", "gstreamer", "ffmpeg"],
     preferred: Literal["gstreamer", "ffmpeg"],
     decoder: str,
+    gstreamer: bool | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -169,13 +170,16 @@ def build_target(
         backend: the per-source override, or ``auto`` for ``preferred``.
         preferred: the plan's decode backend for this device.
         decoder: the decoder chain name from :func:`hardware_decoder`.
+        gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
 
     Raises:
         SourceError: the source needs GStreamer and this OpenCV has none.
     """
     want = preferred if backend == "auto" else backend
     needs_gst = kind in ("csi", "pipeline")
-    if (needs_gst or want == "gstreamer") and not opencv_has("gstreamer"):
+    if gstreamer is None and (needs_gst or want == "gstreamer"):
+        gstreamer = opencv_has("gstreamer")
+    if (needs_gst or want == "gstreamer") and not gstreamer:
         if needs_gst or backend == "gstreamer":
             raise SourceError(
                 f"video source {value!r} needs OpenCV with GStreamer, and this OpenCV has "

@@ -99,8 +99,8 @@ class VideoSource:
         backoff_s: tuple[float, float] = (0.5, 10.0),
         max_retries: int | None = None,
     ) -> None:
-        kind, value = classify(uri if isinstance(uri, int) else os.fspath(uri))
-        self.uri: str | int = uri if isinstance(uri, int) else os.fspath(uri)
+        kind, value = classify(uri)
+        self.uri: str | int = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
         self.kind: SourceKind = kind
         self.value = value
         if (loop or realtime) and kind != "file":
