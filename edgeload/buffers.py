@@ -364,6 +364,8 @@ class SlotPool:
         views, ``torch.from_numpy`` tensors) are gone. One slot always stays out of the
         consumer's hands, so producers cannot starve: once the consumer holds every other
         slot and ``max_bytes`` allows no more, batches arrive as copies (logged once).
+        A plain ``for batch in loader`` loop holds the previous batch while the next is
+        leased, so size ``count`` as workers + prefetch depth + 2 for zero copies.
 
         Raises:
             ClosedError: the pool is closed.
