@@ -494,3 +494,48 @@ def test_discrete_nvidia_gpu_from_driver_files(tmp_path):
     assert (p.gpu.present, p.gpu.integrated, p.gpu.name) == (True, False, "NVIDIA GeForce RTX 3060")
     assert p.gpu.cuda_usable is None  # a fixture root never asks torch
     assert p.hw_decoders == ("nvh264dec",)
+
+
+def _arm_block(cpu: int, part: str) -> str:
+    return (
+        f"processor\t: {cpu}\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd evtstrm aes pmull\n"
+        f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
+        f"CPU part\t: {part}\nCPU revision\t: 0\n\n"
+    )
+
+
+def test_generic_arm_big_little_board(tmp_path):
+    # An RK3588 layout: 4x A55 (1.8 GHz) and two pairs of A76 (2.4 GHz, separate packages).
+    dt = tmp_path / "sys/firmware/devicetree/base"
+    dt.mkdir(parents=True)
+    (dt / "model").write_bytes(b"Radxa ROCK 5B\x00")
+    (dt / "compatible").write_bytes(b"radxa,rock-5b\x00rockchip,rk3588\x00")
+    parts = ["0xd05"] * 4 + ["0xd0b"] * 4
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("".join(_arm_block(i, p) for i, p in enumerate(parts)))
+    cpu_dir = tmp_path / "sys/devices/system/cpu"
+    cpu_dir.mkdir(parents=True)
+    (cpu_dir / "online").write_text("0-7\n")
+    for cpu, (khz, package) in enumerate(
+        [(1800000, 0)] * 4 + [(2400000, 1)] * 2 + [(2400000, 2)] * 2
+    ):
+        (cpu_dir / f"cpu{cpu}/cpufreq").mkdir(parents=True)
+        (cpu_dir / f"cpu{cpu}/cpufreq/cpuinfo_max_freq").write_text(f"{khz}\n")
+        (cpu_dir / f"cpu{cpu}/topology").mkdir()
+        (cpu_dir / f"cpu{cpu}/topology/physical_package_id").write_text(f"{package}\n")
+    p = probe(tmp_path)
+    assert (p.family, p.model, p.soc, p.machine) == ("arm", "Radxa ROCK 5B", "rk3588", "aarch64")
+    assert [(c.core_type, c.cpus, c.max_mhz) for c in p.cpu.clusters] == [
+        ("Cortex-A55", (0, 1, 2, 3), 1800.0),
+        ("Cortex-A76", (4, 5), 2400.0),
+        ("Cortex-A76", (6, 7), 2400.0),
+    ]
+    assert not p.gpu.present
+
+
+def test_live_probe_asks_torch_when_it_is_loaded():
+    torch = pytest.importorskip("torch")
+    probe.cache_clear()
+    p = probe()
+    assert p.gpu.cuda_usable == torch.cuda.is_available()
+    probe.cache_clear()
