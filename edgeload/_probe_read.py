@@ -14,6 +14,8 @@ import re
 # /proc and /sys files are tiny; a cap keeps a garbage or device file from eating RAM.
 _MAX_BYTES = 1 << 20
 _MAX_SYMLINKS = 40
+# Linux's NR_CPUS upper bound; a longer list is garbage.
+_MAX_CPUS = 8192
 
 
 class Reader:
@@ -52,7 +54,8 @@ class Reader:
     def read_bytes(self, relpath: str) -> bytes | None:
         """File content (at most 1 MiB), or None."""
         path = self.resolve(relpath)
-        if path is None:
+        # Regular files only: opening a FIFO or a device node could block forever.
+        if path is None or not os.path.isfile(path):
             return None
         try:
             with open(path, "rb") as f:
@@ -125,9 +128,11 @@ def parse_cpu_list(text: str | None) -> tuple[int, ...] | None:
             return None
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) else first
-        if last < first or last - first > 8192:
+        if last < first or last - first >= _MAX_CPUS:
             return None
         cpus.update(range(first, last + 1))
+    if len(cpus) > _MAX_CPUS:
+        return None
     return tuple(sorted(cpus))
 
 

@@ -539,3 +539,13 @@ def test_live_probe_asks_torch_when_it_is_loaded():
     p = probe()
     assert p.gpu.cuda_usable == torch.cuda.is_available()
     probe.cache_clear()
+
+
+def test_fifo_or_directory_in_place_of_a_file_does_not_block(tmp_path):
+    root = _copy("jetson-nano", tmp_path)
+    (root / "proc/meminfo").unlink()
+    os.mkfifo(root / "proc/meminfo")  # opening this for reading would wait for a writer
+    (root / "etc/nv_tegra_release").unlink()
+    (root / "etc/nv_tegra_release").mkdir()
+    p = probe(root)
+    assert (p.memory.total_bytes, p.l4t_release, p.board_id) == (None, None, "p3448-0000")
