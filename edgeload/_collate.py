@@ -98,17 +98,39 @@ class _Unsuited(Exception):
 
 
 def _views(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
-    def walk(node: Any) -> Any:
-        if isinstance(node, _Leaf):
-            dtype = np.dtype(node.dtype)
-            count = layout.batch_size * int(np.prod(node.shape, dtype=np.int64))
-            flat = buf[node.offset : node.offset + count * dtype.itemsize].view(dtype)
-            return flat.reshape(layout.batch_size, *node.shape)[:rows]
-        if node[0] == "dict":
-            return dict(zip(node[1], (walk(c) for c in node[2]), strict=True))
-        return [walk(c) for c in node[1]]
+    return _view_node(layout.tree, layout.batch_size, buf, rows)
 
-    return walk(layout.tree)
+
+# Module-level recursion, not nested closures: a recursive closure is a reference
+# cycle, and one holding a slot view would keep the slot leased until the next GC.
+def _view_node(node: Any, batch: int, buf: np.ndarray, rows: int) -> Any:
+    if isinstance(node, _Leaf):
+        dtype = np.dtype(node.dtype)
+        count = batch * int(np.prod(node.shape, dtype=np.int64))
+        flat = buf[node.offset : node.offset + count * dtype.itemsize].view(dtype)
+        return flat.reshape(batch, *node.shape)[:rows]
+    if node[0] == "dict":
+        return {k: _view_node(c, batch, buf, rows) for k, c in zip(node[1], node[2], strict=True)}
+    return [_view_node(c, batch, buf, rows) for c in node[1]]
+
+
+def _put(node: Any, view: Any, value: Any, row: int) -> None:
+    if isinstance(node, _Leaf):
+        info = _leaf_info(value)
+        if info is None or info[0] != node.shape or info[1].str != node.dtype:
+            raise _Unsuited
+        view[row] = value.numpy() if hasattr(value, "numpy") else value
+        return
+    if node[0] == "dict":
+        if type(value) is not dict or tuple(value) != node[1]:
+            raise _Unsuited
+        for child, key in zip(node[2], node[1], strict=True):
+            _put(child, view[key], value[key], row)
+        return
+    if type(value) not in (tuple, list) or len(value) != len(node[1]):
+        raise _Unsuited
+    for i, child in enumerate(node[1]):
+        _put(child, view[i], value[i], row)
 
 
 def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -> bool:
@@ -116,28 +138,9 @@ def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -
     if len(samples) > layout.batch_size:
         return False
     views = _views(layout, buf, len(samples))
-
-    def put(node: Any, view: Any, value: Any, row: int) -> None:
-        if isinstance(node, _Leaf):
-            info = _leaf_info(value)
-            if info is None or info[0] != node.shape or info[1].str != node.dtype:
-                raise _Unsuited
-            view[row] = value.numpy() if hasattr(value, "numpy") else value
-            return
-        if node[0] == "dict":
-            if type(value) is not dict or tuple(value) != node[1]:
-                raise _Unsuited
-            for child, key in zip(node[2], node[1], strict=True):
-                put(child, view[key], value[key], row)
-            return
-        if type(value) not in (tuple, list) or len(value) != len(node[1]):
-            raise _Unsuited
-        for i, child in enumerate(node[1]):
-            put(child, view[i], value[i], row)
-
     try:
         for row, sample in enumerate(samples):
-            put(layout.tree, views, sample, row)
+            _put(layout.tree, views, sample, row)
     except _Unsuited:
         return False
     return True
@@ -145,16 +148,15 @@ def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -
 
 def read_batch(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
     """The batch in ``buf`` as tensors viewing the slot (no copy)."""
-    torch = require_torch()
+    return _wrap(require_torch(), _views(layout, buf, rows))
 
-    def wrap(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: wrap(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [wrap(v) for v in value]
-        return torch.from_numpy(value)
 
-    return wrap(_views(layout, buf, rows))
+def _wrap(torch: Any, value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _wrap(torch, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wrap(torch, v) for v in value]
+    return torch.from_numpy(value)
 
 
 def default_collate() -> Callable[[Any], Any]:

@@ -55,6 +55,8 @@ class EpochIterator(Iterator[Any]):
         self._workers: list[dict[str, Any]] = [{} for _ in range(n)]
         self._ended_workers: set[int] = set()
         self._cycle_next = 0
+        # The worker after the one whose batch was yielded last: where a resume starts.
+        self._resume_next = 0
         self._exhausted = False
         self._done = False
         self.skipped = 0
@@ -75,7 +77,7 @@ class EpochIterator(Iterator[Any]):
         self._yielded = int(resume[KEY_YIELDED])
         self._ahead = {int(p) for p in resume.get(KEY_AHEAD, [])}
         self._next_pos = self._yielded
-        self._cycle_next = int(resume.get(KEY_NEXT_WORKER, 0))
+        self._cycle_next = self._resume_next = int(resume.get(KEY_NEXT_WORKER, 0))
         starts = []
         for w, ws in enumerate(saved or [{}] * self._n):
             self._workers[w] = dict(ws)
@@ -96,7 +98,7 @@ class EpochIterator(Iterator[Any]):
         return {
             KEY_YIELDED: self._yielded,
             KEY_AHEAD: sorted(self._ahead),
-            KEY_NEXT_WORKER: self._cycle_next,
+            KEY_NEXT_WORKER: self._resume_next,
             KEY_WORKERS: [dict(w) for w in self._workers],
         }
 
@@ -195,7 +197,7 @@ class EpochIterator(Iterator[Any]):
             self._mark_yielded(result.position)
             return _NOTHING
         if loader._sampling.iterable:
-            self._cycle_next = (w + 1) % self._n
+            self._resume_next = (w + 1) % self._n
         for index, message in result.skipped:
             self.skipped += 1
             loader._count_skip(index, message, epoch_skips=self.skipped)
