@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from ._lifecycle import POLL_INTERVAL_S
 from ._shm import SHM_DIR, SharedSegment, SlotRef, attach, check_shm_space
-from .errors import ClosedError, PlatformError
+from .errors import ClosedError
 
 __all__ = [
     "PAGE_SIZE",
@@ -102,20 +102,21 @@ def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:
     return _HostMemory(nbytes)
 
 
-def _not_yet(mode: str) -> Allocator:
+def _gpu(mode: MemoryMode) -> Allocator:
     def allocate(nbytes: int, shared: bool, shm_dir: str) -> Backing:
-        raise PlatformError(
-            f"memory mode {mode!r} is not available yet in this build of edgeload; use mode='host'"
-        )
+        # Imported on use: only GPU pools need the CUDA runtime (edgeload.cuda_memory).
+        from .cuda_memory import gpu_allocator
+
+        return gpu_allocator(mode)(nbytes, shared, shm_dir)
 
     return allocate
 
 
 _ALLOCATORS: dict[str, Allocator] = {
     "host": _allocate_host,
-    "pinned": _not_yet("pinned"),
-    "mapped": _not_yet("mapped"),
-    "managed": _not_yet("managed"),
+    "pinned": _gpu("pinned"),
+    "mapped": _gpu("mapped"),
+    "managed": _gpu("managed"),
 }
 
 
