@@ -1,6 +1,7 @@
 """edgeload: data loading for PyTorch on edge devices."""
 
 from ._version import __version__
+from .buffers import SlotPool
 from .errors import (
     ClosedError,
     EdgeloadError,
@@ -13,9 +14,11 @@ from .errors import (
 )
 from .loader import DataLoader, get_worker_info
 from .plan import Plan, Threads, plan_for
+from .prefetch import Prefetcher
 from .probe import Platform, probe
 from .profile import Profile, load_profile
 from .state import load_state, save_state
+from .workers import WorkerPool
 
 __all__ = [
     "ClosedError",
@@ -25,11 +28,14 @@ __all__ = [
     "Plan",
     "Platform",
     "PlatformError",
+    "Prefetcher",
     "Profile",
     "ProfileError",
+    "SlotPool",
     "SourceError",
     "Threads",
     "WorkerError",
+    "WorkerPool",
     "WorkerTimeout",
     "__version__",
     "get_worker_info",
