@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 import weakref
 
 import numpy as np
 import pytest
 
+from edgeload.buffers import SlotPool
 from edgeload.cuda_memory import (
     allocate,
     as_cuda_tensor,
@@ -232,3 +234,59 @@ def test_memory_is_freed_only_after_views_and_gpu_work_are_gone(mode):
     if result is not None:
         assert int(result) == 3 * int(np.prod(_FRAME))
     torch.cuda.synchronize()
+
+
+def _wait_for(predicate, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_slot_pool_hands_out_gpu_slots(mode):
+    with SlotPool(_FRAME, count=2, mode=mode) as pool:
+        slot = pool.acquire(timeout_s=5.0)
+        assert memory_mode_of(slot.array) == mode
+        slot.array[:] = 5
+        view = pool.lease(slot)
+        assert memory_mode_of(view) == mode
+        assert int(view.sum(dtype=np.int64)) == 5 * view.size
+
+
+def test_pool_keeps_a_mapped_slot_leased_while_the_gpu_reads_it():
+    import torch
+
+    with SlotPool(_FRAME, count=2, mode="mapped") as pool:
+        slot = pool.acquire(timeout_s=5.0)
+        slot.array[:] = 1
+        view = pool.lease(slot)
+        tensor = as_cuda_tensor(view)
+        torch.cuda._sleep(_SPIN_CYCLES)
+        result = tensor.sum(dtype=torch.int64)
+        del view, tensor  # the user let go; the queued sum has not run yet
+        gc.collect()
+        assert pool.stats().leased == 1, "slot back in the pool while the GPU still reads it"
+        torch.cuda.synchronize()
+        assert _wait_for(lambda: pool.stats().leased == 0), "slot never came back"
+        assert int(result) == int(np.prod(_FRAME))
+
+
+def test_pool_keeps_a_pinned_slot_leased_until_its_copy_ran():
+    import torch
+
+    with SlotPool(_FRAME, count=2, mode="pinned") as pool:
+        copier = DeviceCopier()
+        slot = pool.acquire(timeout_s=5.0)
+        slot.array[:] = 2
+        view = pool.lease(slot)
+        with torch.cuda.stream(copier.stream):
+            torch.cuda._sleep(_SPIN_CYCLES)
+        transfer = copier.copy(view)
+        del view
+        gc.collect()
+        assert pool.stats().leased == 1, "slot back in the pool while its copy is queued"
+        assert _wait_for(lambda: pool.stats().leased == 0), "slot never came back"
+        assert int(transfer.tensor().sum(dtype=torch.int64)) == 2 * int(np.prod(_FRAME))

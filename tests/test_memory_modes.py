@@ -20,6 +20,7 @@ import pytest
 
 from edgeload import _cuda
 from edgeload._fences import Fences, hold_until_done, pending_holds
+from edgeload.buffers import SlotPool
 from edgeload.cuda_memory import (
     allocate,
     as_cuda_tensor,
@@ -319,3 +320,16 @@ def test_fences_cover_exactly_their_byte_ranges():
 def test_gpu_slots_cannot_be_shared_with_worker_processes(mode, tmp_path):
     with pytest.raises(PlatformError, match=rf"memory_mode='{mode}' slots cannot be shared"):
         gpu_allocator(mode)(4096, True, str(tmp_path))
+
+
+@no_cuda_only
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_slot_pool_in_a_gpu_mode_without_cuda_says_which_mode_works(mode):
+    with pytest.raises(PlatformError, match=rf"memory_mode='{mode}' needs a CUDA device"):
+        SlotPool((2, 8, 8, 3), count=2, mode=mode)
+
+
+@pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
+def test_slot_pool_in_a_gpu_mode_refuses_process_sharing(mode, tmp_path):
+    with pytest.raises(PlatformError, match=r"cannot be shared with worker processes"):
+        SlotPool((2, 8, 8, 3), count=2, mode=mode, shared=True, shm_dir=str(tmp_path))
