@@ -71,3 +71,20 @@ def _no_leaks():
         time.sleep(0.05)
     if found:
         pytest.fail("leak after test: " + "; ".join(found), pytrace=False)
+
+
+# --- hardware markers: `cuda` (GPU memory modes) --------------------------------------
+
+
+def pytest_runtest_setup(item):
+    """Skip ``cuda`` tests without usable CUDA; fail them when EDGELOAD_REQUIRE_CUDA=1."""
+    if item.get_closest_marker("cuda") is None:
+        return
+    from edgeload.gpu import cuda_status
+
+    status = cuda_status()
+    if status.usable:
+        return
+    if os.environ.get("EDGELOAD_REQUIRE_CUDA") == "1":
+        pytest.fail(f"EDGELOAD_REQUIRE_CUDA=1 but CUDA is not usable: {status.reason}")
+    pytest.skip(f"needs CUDA: {status.reason}")

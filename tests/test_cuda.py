@@ -1,14 +1,13 @@
 """GPU memory modes on a real CUDA device: zero-copy views, fences, async copies, lifetimes.
 
-Every test here carries the ``cuda`` marker and skips without usable CUDA, or fails
-when ``EDGELOAD_REQUIRE_CUDA=1`` (as scripts/device_check.sh sets it) so a GPU box
-that lost its CUDA cannot pass by skipping.
+Every test here carries the ``cuda`` marker: conftest.py skips it without usable CUDA,
+or fails it when ``EDGELOAD_REQUIRE_CUDA=1`` (as scripts/device_check.sh sets it), so a
+GPU box that lost its CUDA cannot pass by skipping.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import time
 import weakref
 
@@ -24,7 +23,7 @@ from edgeload.cuda_memory import (
     record_gpu_use,
     wait_gpu_idle,
 )
-from edgeload.gpu import GPU_MEMORY_MODES, check_memory_mode, cuda_device, cuda_status
+from edgeload.gpu import GPU_MEMORY_MODES, check_memory_mode, cuda_device
 from edgeload.transfer import DeviceCopier
 
 pytestmark = pytest.mark.cuda
@@ -33,16 +32,6 @@ pytestmark = pytest.mark.cuda
 # long enough that work queued behind it is certainly still pending when checked.
 _SPIN_CYCLES = 300_000_000
 _FRAME = (4, 120, 160, 3)
-
-
-@pytest.fixture(autouse=True)
-def _need_cuda():
-    status = cuda_status()
-    if status.usable:
-        return
-    if os.environ.get("EDGELOAD_REQUIRE_CUDA") == "1":
-        pytest.fail(f"EDGELOAD_REQUIRE_CUDA=1 but CUDA is not usable: {status.reason}")
-    pytest.skip(f"needs CUDA: {status.reason}")
 
 
 def _slot(mode, shape=_FRAME):
