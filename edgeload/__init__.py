@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .buffers import SlotPool
+from .cuda_memory import as_cuda_tensor
 from .errors import (
     ClosedError,
     EdgeloadError,
@@ -12,17 +13,22 @@ from .errors import (
     WorkerError,
     WorkerTimeout,
 )
+from .gpu import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
 from .loader import DataLoader, get_worker_info
 from .plan import Plan, Threads, plan_for
 from .prefetch import Prefetcher
 from .probe import Platform, probe
 from .profile import Profile, load_profile
 from .state import load_state, save_state
+from .transfer import DeviceCopier
 from .workers import WorkerPool
 
 __all__ = [
     "ClosedError",
+    "CudaDevice",
+    "CudaStatus",
     "DataLoader",
+    "DeviceCopier",
     "EdgeloadError",
     "MissingDependency",
     "Plan",
@@ -38,6 +44,10 @@ __all__ = [
     "WorkerPool",
     "WorkerTimeout",
     "__version__",
+    "as_cuda_tensor",
+    "check_memory_mode",
+    "cuda_device",
+    "cuda_status",
     "get_worker_info",
     "load_profile",
     "load_state",
