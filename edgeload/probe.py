@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 __all__ = [
     "CpuCluster",
@@ -203,7 +203,17 @@ class Platform:
         return result
 
 
-def probe(root: str | os.PathLike[str] = "/", *, live: bool | None = None) -> Platform:
+class _ProbeFunction(Protocol):
+    """``probe``'s type: the function plus ``cache_clear()`` for the cached live result."""
+
+    def __call__(
+        self, root: str | os.PathLike[str] = "/", *, live: bool | None = None
+    ) -> Platform: ...
+
+    def cache_clear(self) -> None: ...
+
+
+def _probe(root: str | os.PathLike[str] = "/", *, live: bool | None = None) -> Platform:
     """Read what this device is.
 
     Args:
@@ -229,14 +239,12 @@ def _probe_cached(root: str) -> Platform:
     return _probe_uncached(root, live=True)
 
 
-def _cache_clear() -> None:
-    _probe_cached.cache_clear()
-
-
-probe.cache_clear = _cache_clear  # type: ignore[attr-defined]
-
-
 def _probe_uncached(root: str, *, live: bool) -> Platform:
     from ._probe_collect import collect
 
     return collect(root, live=live)
+
+
+_probe.cache_clear = _probe_cached.cache_clear  # type: ignore[attr-defined]
+_probe.__name__ = _probe.__qualname__ = "probe"
+probe = cast("_ProbeFunction", _probe)
