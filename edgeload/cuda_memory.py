@@ -288,4 +288,8 @@ def as_cuda_tensor(array: np.ndarray[Any, Any], *, device: Any = None) -> Any:
     stream = torch.cuda.current_stream()
     if owner.attach_per_stream:
         _cuda.load_cudart().stream_attach(stream.cuda_stream, owner.host_ptr, to_host=False)
-    return torch.as_tensor(_CudaView(array, owner, stream), device=device or "cuda")
+    # An index-less "cuda" would not match the view's cuda:N and could make as_tensor copy.
+    target = (
+        torch.device(device) if device is not None else torch.device("cuda", stream.device_index)
+    )
+    return torch.as_tensor(_CudaView(array, owner, stream), device=target)
