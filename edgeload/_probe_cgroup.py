@@ -152,10 +152,10 @@ def usable_cpus(
     """(CPUs the process may keep busy, size of the allowed set) - quota rounded up, >= 1."""
     allowed_count = None
     count = len(online) or 1
-    if allowed:
-        restricted = allowed & set(online) if online else allowed
-        allowed_count = len(restricted) or len(allowed)
-        count = allowed_count
+    restricted = allowed & set(online) if allowed and online else None
+    # A set that shares no CPU with the online ones is stale or garbage: ignore it.
+    if restricted:
+        allowed_count = count = len(restricted)
     if quota_cpus is not None and quota_cpus > 0:
         count = min(count, math.ceil(quota_cpus - 1e-9))
     return max(1, count), allowed_count

@@ -417,7 +417,7 @@ def test_garbage_files_never_raise(name, data):
         p = probe(root)
         encoded = json.dumps(p.to_dict())
         assert json.loads(encoded)["cpu"]["online_count"] >= 1
-        assert p.cpu.usable_count >= 1
+        assert 1 <= p.cpu.usable_count <= p.cpu.online_count
         assert p.family in ("jetson", "raspberry_pi", "arm", "x86")
 
 
@@ -549,3 +549,11 @@ def test_fifo_or_directory_in_place_of_a_file_does_not_block(tmp_path):
     (root / "etc/nv_tegra_release").mkdir()
     p = probe(root)
     assert (p.memory.total_bytes, p.l4t_release, p.board_id) == (None, None, "p3448-0000")
+
+
+def test_cpuset_outside_the_online_cpus_is_ignored(tmp_path):
+    root = _copy("container-cgroup2", tmp_path)
+    (root / "sys/fs/cgroup/cpuset.cpus.effective").write_text("100-163\n")
+    (root / "sys/fs/cgroup/cpu.max").write_text("max 100000\n")
+    p = probe(root)
+    assert (p.cpu.online_count, p.cpu.usable_count, p.cpu.affinity_count) == (20, 20, None)
