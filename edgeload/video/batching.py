@@ -114,24 +114,17 @@ class Assembler:
     def _size(self) -> int:
         return self._fixed or max(1, len(self._places))
 
-    def _new_open(self, wait: bool) -> _Open | None:
-        """Open a batch on a fresh slot (cond held); None if none is free and not waiting."""
+    def _new_open(self) -> _Open | None:
+        """Open a batch on a fresh slot (cond held, never waits); None if none is free."""
         size = self._size()
         pool = self._pools.get(size)
         if pool is None:
             pool = self._pools[size] = self._make_pool(size)
-        while not self._stop.is_set():
-            try:
-                slot = pool.acquire(timeout_s=0)
-            except TimeoutError:
-                if not wait:
-                    return None
-                self._cond.wait(POLL_INTERVAL_S)
-                continue
-            except ClosedError:
-                return None
-            return _Open(pool, slot, size, opened_at=time.monotonic())
-        return None
+        try:
+            slot = pool.acquire(timeout_s=0)
+        except (TimeoutError, ClosedError):
+            return None
+        return _Open(pool, slot, size, opened_at=time.monotonic())
 
     def _place(self, batch: _Open, stream_id: int, latest: bool) -> int | None:
         """A place for ``stream_id`` in ``batch``, or None if it must wait (cond held)."""
@@ -158,14 +151,15 @@ class Assembler:
             while not self._stop.is_set():
                 batch = self._open
                 if batch is None or batch.sealing:
-                    if batch is not None and not latest:
+                    # Waits re-check from the top: another stream may open a batch meanwhile.
+                    fresh = None if batch is not None and not latest else self._new_open()
+                    if fresh is None:
+                        if latest:
+                            self.slot_misses += 1
+                            return None
                         self._cond.wait(POLL_INTERVAL_S)
                         continue
-                    batch = self._new_open(wait=not latest)
-                    if batch is None:
-                        self.slot_misses += latest
-                        return None
-                    self._open = batch
+                    self._open = batch = fresh
                 place = self._place(batch, stream_id, latest)
                 if place is not None:
                     batch.meta.valid[place] = False

@@ -1,0 +1,263 @@
+"""StreamLoader with real clips: batches, layouts, resize modes, failures, resume, memory."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import tracemalloc
+
+import cv2
+import numpy as np
+import pytest
+from _media import clip, media_dir, truncated_copy
+
+from edgeload.errors import ClosedError, SourceError
+from edgeload.video import StreamLoader, VideoSource
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    root = media_dir(tmp_path_factory)
+    return {
+        "small": clip(root, size=(160, 120), fps=30, seconds=1.0),
+        "wide": clip(root, size=(320, 180), fps=30, seconds=1.0, pattern="testsrc"),
+        "long": clip(root, size=(160, 120), fps=30, seconds=3.0),
+        "root": root,
+    }
+
+
+def _edgeload_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("edgeload-video")]
+
+
+def _decode(path, size):
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        frames.append(cv2.resize(frame, size, interpolation=cv2.INTER_LINEAR))
+    cap.release()
+    return frames
+
+
+def test_files_deliver_every_frame_in_order_resized(media):
+    expected = _decode(media["small"], (64, 48))
+    with StreamLoader([media["small"], media["wide"]], size=(64, 48)) as loader:
+        batches = list(loader)
+        stats = loader.stats()
+    assert len(batches) == 30
+    for i, batch in enumerate(batches):
+        assert tuple(batch.frames.shape) == (2, 48, 64, 3)
+        assert batch.valid.tolist() == [True, True]
+        assert [(m.stream_id, m.seq, m.dropped) for m in batch.meta] == [(0, i, 0), (1, i, 0)]
+        assert np.array_equal(batch.frames[0].numpy(), expected[i])
+    assert [s["state"] for s in stats["streams"]] == ["ended", "ended"]
+    assert stats["streams"][0]["pipeline"] == str(media["small"])
+    assert _edgeload_threads() == []
+
+
+def test_nchw_rgb_letterbox(media):
+    with StreamLoader([media["wide"]], size=(64, 64), layout="NCHW", color="rgb",
+                      resize="letterbox") as loader:  # fmt: skip
+        first = next(iter(loader))
+    frames = first.frames.numpy()
+    assert frames.shape == (1, 3, 64, 64)
+    # 320x180 into 64x64 keeps 16:9: a 64x36 picture, 14 grey rows above and below.
+    assert (frames[0, :, :14] == 114).all() and (frames[0, :, 50:] == 114).all()
+    bgr = cv2.resize(_decode(media["wide"], (320, 180))[0], (64, 36))
+    assert np.array_equal(frames[0, :, 14:50].transpose(1, 2, 0), bgr[..., ::-1])
+
+
+def test_fps_limit_and_fixed_batch(media):
+    src = VideoSource(media["small"], fps=10)
+    with StreamLoader([src, media["small"]], size=(32, 32), batch=4) as loader:
+        batches = list(loader)
+        stats = loader.stats()
+    seqs = {0: [], 1: []}
+    for batch in batches:
+        assert tuple(batch.frames.shape) == (4, 32, 32, 3)
+        for meta in batch.meta:
+            if meta is not None:
+                seqs[meta.stream_id].append(meta.seq)
+    assert seqs[0] == list(range(0, 30, 3)) and seqs[1] == list(range(30))
+    assert stats["streams"][0]["skipped"] == 20
+    assert stats["streams"][0]["drops"] == 18  # the consumer sees the gaps as drops
+
+
+def test_truncated_file_ends_its_stream_with_error_others_continue(media, caplog):
+    broken = truncated_copy(media["long"], media["root"], fraction=0.4)
+    with StreamLoader([broken, media["small"]], size=(32, 32)) as loader:
+        batches = list(loader)
+        stats = loader.stats()
+    bad, good = stats["streams"]
+    assert bad["state"] == "failed"
+    assert "truncated or corrupt" in bad["last_error"] and str(broken) in bad["last_error"]
+    assert good["state"] == "ended" and good["delivered"] == 30
+    assert sum(bool(b.valid[1]) for b in batches) == 30
+    assert "truncated or corrupt" in caplog.text
+
+
+def test_corrupt_file_raises_with_on_error_raise(media, tmp_path):
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"\x00not a video\x00" * 4096)
+    loader = StreamLoader([garbage, media["small"]], size=(32, 32), on_error="raise")
+    with loader, pytest.raises(SourceError, match=r"stream 0 .*garbage.mp4.*could not open"):
+        for _ in loader:
+            pass
+    assert _edgeload_threads() == []
+
+
+def test_bad_source_is_refused_before_any_thread_starts(media):
+    with pytest.raises(SourceError, match=r"'nope.mp4' does not exist"):
+        StreamLoader([media["small"], "nope.mp4"])
+    with pytest.raises(ValueError, match=r"layout must be one of \('NHWC', 'NCHW'\)"):
+        StreamLoader([media["small"]], layout="HWC")
+    assert _edgeload_threads() == []
+
+
+def test_resume_continues_where_the_consumer_stopped(media):
+    sources = [media["small"], media["wide"]]
+    with StreamLoader(sources, size=(48, 48)) as loader:
+        full = [b.frames.numpy().copy() for b in loader]
+    with StreamLoader(sources, size=(48, 48)) as loader:
+        for _ in range(12):
+            next(loader)
+        state = loader.state_dict()
+    assert state == {
+        "version": 1,
+        "streams": [{"uri": str(p), "frame": 12} for p in sources],
+    }
+    resumed = StreamLoader(sources, size=(48, 48))
+    resumed.load_state_dict(state)
+    with resumed:
+        tail = [b for b in resumed]
+    assert [b.meta[0].seq for b in tail] == list(range(12, 30))
+    assert all(np.array_equal(a, b.frames.numpy()) for a, b in zip(full[12:], tail, strict=True))
+
+
+def test_batch_memory_is_reused_and_steady_state_allocates_no_frames(media):
+    src = VideoSource(media["wide"], loop=True)  # 320x180: 172 KB per decoded frame
+    with StreamLoader([src, src], size=(320, 320)) as loader:
+        it = iter(loader)
+        for _ in range(10):  # warm up: slots, decode buffers, caches
+            next(it)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            addresses = set()
+            for _ in range(60):
+                batch = next(it)
+                addresses.add(batch.frames.data_ptr())
+                del batch
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    # numpy reports its buffers to tracemalloc: one frame-sized array made (even if
+    # freed at once) in any thread during these 120 frames would raise the peak by 172 KB.
+    assert peak - base < 64 * 1024, peak - base
+    assert len(addresses) <= 6  # a handful of slots, reused
+
+
+def test_kept_batches_are_never_overwritten(media):
+    with StreamLoader([media["small"]], size=(32, 32)) as loader:
+        kept = [(b.frames, b.frames.numpy().copy()) for b in loader]
+    assert len(kept) == 30
+    assert all(np.array_equal(t.numpy(), snap) for t, snap in kept)
+
+
+def _silent_server():
+    """A TCP server on loopback that accepts connections and never says a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, name="test-silent-server", daemon=True)
+    thread.start()
+    return server, stop, thread, held
+
+
+def test_a_camera_whose_open_hangs_does_not_stop_the_others(media):
+    server, stop, thread, held = _silent_server()
+    port = server.getsockname()[1]
+    try:
+        hanging = VideoSource(f"rtsp://127.0.0.1:{port}/cam", open_timeout_s=1.5,
+                              backoff_s=(0.1, 0.2))  # fmt: skip
+        replay = VideoSource(media["small"], realtime=True, loop=True)
+        with StreamLoader([hanging, replay], size=(32, 32), deadline_ms=100) as loader:
+            start = time.monotonic()
+            got = []
+            for batch in loader:
+                assert batch.valid.tolist() == [False, True]  # ships on the deadline
+                got.append(time.monotonic() - start)
+                if got[-1] > 3.5:
+                    break
+            stats = loader.stats()
+            closing = time.monotonic()
+        assert time.monotonic() - closing < 3.0
+    finally:
+        stop.set()
+        thread.join(2)
+        server.close()
+        for conn in held:
+            conn.close()
+    cam, file = stats["streams"]
+    assert file["state"] == "streaming" and file["reconnects"] == 0
+    assert held, "the camera did connect to the silent server"
+    assert cam["state"] in ("connecting", "reconnecting") and cam["attempts"] >= 2
+    assert "open timeout" in cam["last_error"]
+    assert got[0] < 1.0  # the file opened first and delivered at once
+    gaps = np.diff(got)
+    assert len(got) > 25 and gaps.max() < 0.5, gaps.max()
+    assert _edgeload_threads() == []
+
+
+def test_live_latest_keeps_frames_fresh_under_a_slow_consumer(media):
+    src = VideoSource(media["long"], realtime=True, loop=True)
+    with StreamLoader([src, src], size=(32, 32)) as loader:
+        ages = []
+        for i, batch in enumerate(loader):
+            time.sleep(0.1)  # the model takes 100 ms per batch
+            if i >= 3:
+                ages += [m.age_ms for m in batch.meta if m is not None]
+            if i == 15:
+                break
+        stats = loader.stats()
+    assert max(ages) < 250, ages
+    assert stats["drops"] > 20  # 30 fps in, 10 batches/s out: the rest are counted drops
+
+
+def test_add_and_remove_while_running(media):
+    src = VideoSource(media["small"], realtime=True, loop=True)
+    with StreamLoader([src], size=(32, 32)) as loader:
+        it = iter(loader)
+        assert tuple(next(it).frames.shape) == (1, 32, 32, 3)
+        sid = loader.add(VideoSource(media["wide"], realtime=True, loop=True))
+        for _ in range(30):
+            batch = next(it)
+            if batch.frames.shape[0] == 2 and all(batch.valid.tolist()):
+                break
+        assert {m.stream_id for m in batch.meta if m} == {0, sid}
+        loader.remove(0)
+        assert not any(t.name == "edgeload-video-0" for t in threading.enumerate())
+        for _ in range(30):
+            batch = next(it)
+            if batch.frames.shape[0] == 1:
+                break
+        assert [m.stream_id for m in batch.meta if m] == [sid]
+    with pytest.raises(ClosedError, match="after close"):
+        loader.add(media["small"])
+    assert _edgeload_threads() == []
