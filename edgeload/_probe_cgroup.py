@@ -42,6 +42,9 @@ def _membership(reader: Reader) -> tuple[dict[str, str], str | None]:
         for controller in parts[1].split(","):
             if controller:
                 v1[controller] = parts[2]
+    if not v1 and v2 is None:
+        # No membership file (a hand-made tree): read the limits at the mount roots.
+        return {"cpu": "/", "memory": "/", "cpuset": "/"}, "/"
     return v1, v2
 
 

@@ -557,3 +557,15 @@ def test_cpuset_outside_the_online_cpus_is_ignored(tmp_path):
     (root / "sys/fs/cgroup/cpu.max").write_text("max 100000\n")
     p = probe(root)
     assert (p.cpu.online_count, p.cpu.usable_count, p.cpu.affinity_count) == (20, 20, None)
+
+
+def test_limits_at_the_cgroup_root_without_a_membership_file(tmp_path):
+    for rel, text in {
+        "sys/fs/cgroup/cpu.max": "200000 100000\n",
+        "sys/fs/cgroup/memory.max": f"{512 << 20}\n",
+        "sys/devices/system/cpu/online": "0-7\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    p = probe(tmp_path)
+    assert (p.cpu.usable_count, p.memory.limit_bytes) == (2, 512 << 20)
