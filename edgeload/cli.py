@@ -18,6 +18,10 @@ from .errors import EdgeloadError
 # name -> (module that implements it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("edgeload._cli_probe", "show what this device is and the plan edgeload would use"),
+    "autotune": (
+        "edgeload._cli_autotune",
+        "measure the real workload on this device and write the profile every loader uses",
+    ),
 }
 
 

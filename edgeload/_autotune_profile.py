@@ -1,0 +1,156 @@
+"""Writing a tuned profile: a small TOML writer, the device stamp, an atomic write.
+
+There is no TOML writer in the standard library and the tables are flat, so strings,
+integers, floats and booleans are written here; the tests read the result back with
+``tomllib``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+from .errors import ProfileError
+
+# `nvpmodel -q` reads a sysfs file and returns at once; a hung one must not hang autotune.
+_NVPMODEL_TIMEOUT_S = 5.0
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_value(value: Any) -> str:
+    """One TOML value: a basic string, integer, float or boolean.
+
+    Raises:
+        ProfileError: a value TOML cannot hold in a flat table (None, NaN, a list...).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ProfileError(f"cannot write {value!r} to a profile: not a finite number")
+        return repr(value)
+    if isinstance(value, str):
+        out = []
+        for ch in value:
+            if ch in ('"', "\\"):
+                out.append("\\" + ch)
+            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+                out.append(f"\\u{ord(ch):04X}")
+            else:
+                out.append(ch)
+        return '"' + "".join(out) + '"'
+    raise ProfileError(f"cannot write {value!r} ({type(value).__name__}) to a profile")
+
+
+def toml_key(key: str) -> str:
+    """A bare key where TOML allows one, else a quoted key."""
+    return key if _BARE_KEY.match(key) else toml_value(key)
+
+
+def render_toml(tables: Mapping[str, Mapping[str, Any]], *, comment: str = "") -> str:
+    """Flat ``[table]`` sections of scalar values as TOML text."""
+    lines = [f"# {line}" for line in comment.splitlines()]
+    for name, table in tables.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{toml_key(name)}]")
+        lines.extend(f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+def power_mode(root: str | os.PathLike[str] = "/") -> str | None:
+    """The Jetson power mode (``"MAXN (0)"``), or None where the device has none.
+
+    ``nvpmodel -q`` when it runs (only with ``root="/"``), else the mode number in
+    ``/var/lib/nvpmodel/status`` named through ``/etc/nvpmodel.conf``.
+    """
+    base = Path(root)
+    if base == Path("/") and shutil.which("nvpmodel"):
+        try:
+            done = subprocess.run(
+                ["nvpmodel", "-q"],
+                capture_output=True,
+                text=True,
+                timeout=_NVPMODEL_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            done = None
+        if done is not None and done.returncode == 0:
+            name = re.search(r"NV Power Mode:\s*(\S+)", done.stdout)
+            number = re.search(r"^\s*(\d+)\s*$", done.stdout, re.MULTILINE)
+            if name:
+                return name.group(1) + (f" ({int(number.group(1))})" if number else "")
+    try:
+        status = (base / "var/lib/nvpmodel/status").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = re.search(r"pmode:\s*(\d+)", status)
+    if not found:
+        return None
+    mode = int(found.group(1))
+    try:
+        conf = (base / "etc/nvpmodel.conf").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return str(mode)
+    named = re.search(rf"<\s*POWER_MODEL\s+ID={mode}\s+NAME=([^\s>]+)", conf)
+    return f"{named.group(1)} ({mode})" if named else str(mode)
+
+
+def device_stamp(platform: Any, *, root: str | os.PathLike[str] = "/") -> dict[str, str]:
+    """The ``[tuned]`` table: device model, L4T release, power mode, version and date."""
+    stamp = {"model": str(getattr(platform, "model", "") or "")}
+    l4t = getattr(platform, "l4t_release", None)
+    if l4t:
+        stamp["l4t_release"] = str(l4t)
+    mode = power_mode(root)
+    if mode:
+        stamp["power_mode"] = mode
+    stamp["version"] = __version__
+    stamp["date"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the whole new one.
+
+    Raises:
+        ProfileError: the directory cannot be made or written (naming it and what to do).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        hint = "run as root (sudo)" if path.is_relative_to("/etc") else "choose --output PATH"
+        raise ProfileError(f"cannot write the tuned profile to {path}: {exc}; {hint}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ProfileError(f"cannot write the tuned profile to {path}: {exc}") from exc
+    try:  # the rename itself survives a power cut only once the directory is synced
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
