@@ -180,10 +180,15 @@ class ProcessBackend:
     def _died(self, wid: int) -> None:
         proc, self.dead_wid = self.procs[wid], wid
         proc.join(1.0)
+        hint = (
+            "a SIGKILL nobody sent is usually the kernel's OOM killer: use fewer workers "
+            "or a smaller prefetch budget"
+            if proc.exitcode == -signal.SIGKILL
+            else "its stderr above may say why"
+        )
         self.dead = WorkerError(
             f"worker process {wid} (pid {proc.pid}) {_exit_text(proc.exitcode)}; "
-            "its pending items are lost. A SIGKILL usually means the kernel's OOM killer: "
-            "use fewer workers or a smaller prefetch budget",
+            f"its pending items are lost; {hint}",
             worker=f"pid {proc.pid}",
         )
         raise self.dead
