@@ -32,7 +32,8 @@ class Fences:
     """CUDA events, each covering a byte range [start, stop) of one allocation."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a tensor freed by GC while this thread prunes records its own fence.
+        self._lock = threading.RLock()
         self._events: list[tuple[int, int, Any]] = []
 
     def _prune(self) -> None:
