@@ -300,3 +300,14 @@ def test_an_unclosed_pool_is_shut_down_by_garbage_collection(kind):
     pool.submit(2)
     assert pool.get(timeout_s=10).value[0] == 4
     del pool  # the leak check after this test fails if threads or processes survive
+
+
+# Python 3.12+ warns when forking with threads alive (here: BLAS); asked for explicitly.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_explicit_start_methods_work(start_method):
+    with WorkerPool(square, kind="process", start_method=start_method) as pool:
+        assert pool.start_method == start_method
+        pool.submit(3)
+        assert pool.get(timeout_s=20).value == (9, 0, "process")
+    assert current_worker() is None
