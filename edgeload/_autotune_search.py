@@ -83,16 +83,15 @@ def coordinate_search(
         return new > old * (1.0 + min_gain)
 
     dims = [_with_start(k, start[k.name]) for k in knobs if k.name in start]
+    search = _Search([k for k in dims if len(k.values) > 1], evaluate, better, identity)
     current = dict(start)
     best = evaluate(current)
     try:
         moved = True
         while moved:
             moved = False
-            for knob in dims:
-                if len(knob.values) < 2:
-                    continue
-                found, value = _line_search(knob, current, best, evaluate, better, identity)
+            for knob in search.dims:
+                found, value = search.line(knob, current, best)
                 if found is not None:
                     current, best, moved = found, value, True
     except Stop:
@@ -109,43 +108,57 @@ def _with_start(knob: Knob, value: Any) -> Knob:
     return Knob(knob.name, values, knob.ordered)
 
 
-def _line_search(
-    knob: Knob,
-    current: dict[str, Any],
-    best: float,
-    evaluate: Callable[[Config], float],
-    better: Callable[[float, float], bool],
-    identity: Callable[[Config], Hashable],
-) -> tuple[dict[str, Any] | None, float]:
-    """Move ``knob`` from its current value while the score improves; (new config, score)."""
-    here = knob.values.index(current[knob.name])
-    if not knob.ordered:
+@dataclass
+class _Search:
+    dims: list[Knob]
+    evaluate: Callable[[Config], float]
+    better: Callable[[float, float], bool]
+    identity: Callable[[Config], Hashable]
+
+    def line(
+        self, knob: Knob, current: dict[str, Any], best: float, *, refine: bool = True
+    ) -> tuple[dict[str, Any] | None, float]:
+        """Move ``knob`` while the score improves; (new config or None, its score)."""
+        if not knob.ordered:
+            return self._categorical(knob, current, best, refine=refine)
+        here = knob.values.index(current[knob.name])
+        for step in (1, -1):
+            found: dict[str, Any] | None = None
+            index = here + step
+            while 0 <= index < len(knob.values):
+                trial = {**current, knob.name: knob.values[index]}
+                index += step
+                if self.identity(trial) == self.identity(current):
+                    continue  # runs the same as where we are: look one further
+                got = self.evaluate(trial)
+                if not self.better(got, best):
+                    break
+                found, best, current = trial, got, trial
+            if found is not None:
+                return found, best
+        return None, best
+
+    def _categorical(
+        self, knob: Knob, current: dict[str, Any], best: float, *, refine: bool
+    ) -> tuple[dict[str, Any] | None, float]:
+        # Another kind often wants other counts (processes pay off with more workers
+        # than threads do), so each alternative gets one pass over the ordered knobs
+        # before it is compared with where the search stands.
         found: dict[str, Any] | None = None
         for value in knob.values:
             trial = {**current, knob.name: value}
-            if identity(trial) == identity(current):
+            if self.identity(trial) == self.identity(current):
                 continue
-            got = evaluate(trial)
-            if better(got, best):
+            got = self.evaluate(trial)
+            if refine:
+                for other in self.dims:
+                    if other.ordered:
+                        moved, value_got = self.line(other, trial, got, refine=False)
+                        if moved is not None:
+                            trial, got = moved, value_got
+            if self.better(got, best):
                 found, best = trial, got
         return found, best
-    for step in (1, -1):
-        found = None
-        index = here + step
-        while 0 <= index < len(knob.values):
-            trial = {**current, knob.name: knob.values[index]}
-            if identity(trial) == identity(current):
-                index += step
-                continue
-            got = evaluate(trial)
-            if not better(got, best):
-                break
-            found, best = trial, got
-            current = trial
-            index += step
-        if found is not None:
-            return found, best
-    return None, best
 
 
 def grid_size(knobs: list[Knob]) -> int:
