@@ -55,7 +55,18 @@ def run_handoff(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = [add_handoff]
+def add_transfer(subparsers: argparse._SubParsersAction) -> None:
+    from benchmarks import bench_transfer
+
+    p = subparsers.add_parser(
+        "transfer",
+        help="host -> GPU batches: pageable .cuda(), stock pin_memory, pinned async, mapped, managed",
+    )
+    bench_transfer.add_arguments(p)
+    p.set_defaults(func=bench_transfer.run)
+
+
+COMMANDS = [add_handoff, add_transfer]
 
 
 def main(argv: list[str] | None = None) -> int:
