@@ -173,7 +173,10 @@ def auto_memory_mode() -> tuple[MemoryMode, str]:
     status = cuda_status()
     if not status.usable:
         return "host", f"no CUDA: {status.reason}"
-    device = cuda_device()
+    try:
+        device = cuda_device()
+    except PlatformError as exc:
+        return "host", f"CUDA device unreadable: {exc}"
     if not device.integrated:
         return "pinned", f"discrete GPU {device.name}: page-locked slots, async copy"
     if device.io_coherent and device.can_map_host_memory:
