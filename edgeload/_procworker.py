@@ -7,6 +7,7 @@ its thread pools: ``fn`` arrives pickled and is loaded only after
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import pickle
@@ -86,14 +87,20 @@ def process_main(
             if not out[2]:
                 conn.send(out)
                 return
+        queued: collections.deque[tuple[int, Any]] = collections.deque()
         while True:
-            if not conn.poll(POLL_INTERVAL_S):
+            # Read everything waiting before the next task, so a stop (None) queued
+            # behind many tasks is seen after the current task, not after all of them.
+            while conn.poll(0 if queued else POLL_INTERVAL_S):
+                msg = conn.recv()
+                if msg is None:
+                    return
+                queued.append(msg)
+            if not queued:
                 if os.getppid() != parent:
                     return  # orphaned: the parent died without closing
                 continue
-            msg = conn.recv()
-            if msg is None:
-                return
+            msg = queued.popleft()
             out = run_task(fn, msg[0], wid, msg[1], pickled=True)
             try:
                 conn.send(out)
