@@ -239,11 +239,13 @@ def test_runtime_without_a_driver_raises_a_clear_error():
     if not real:
         pytest.skip("no libcudart on this machine (CI images usually have none)")
     runtime = _cuda.load_cudart([real[0]])
+    page = ctypes.create_string_buffer(4096)
     for call in (
         runtime.current_device,
         lambda: runtime.host_alloc(4096, mapped=True),
         lambda: runtime.malloc_managed(4096, attach_global=True),
         lambda: runtime.device_attribute("integrated", 0),
+        lambda: runtime.host_register(ctypes.addressof(page), 4096, mapped=True),
     ):
         with pytest.raises(PlatformError, match=r"CUDA cuda\w+\(?.*failed: .+ \(cudaError \d+\)"):
             call()
