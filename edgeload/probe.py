@@ -130,11 +130,15 @@ class OpenCVInfo:
     """The importable ``cv2`` and what its build can decode with (live probe only)."""
 
     version: str
+    """``cv2.__version__``."""
     path: str
     """Where ``cv2`` was imported from."""
     ffmpeg: bool
+    """Built with the FFmpeg video I/O backend."""
     gstreamer: bool
+    """Built with GStreamer: needed for hardware decode pipelines (JetPack's build has it)."""
     cuda: bool
+    """Built with CUDA modules."""
     shadows_system: bool
     """A pip ``cv2`` is imported although a system one (JetPack, Debian) also exists."""
     system_path: str | None
@@ -150,7 +154,9 @@ class PiRevision:
     model: str
     """Short model name as Raspberry Pi's documentation writes it: ``"4B"``, ``"Zero 2 W"``."""
     ram_mb: int | None
+    """RAM fitted at the factory, in MiB."""
     manufacturer: str
+    """``"Sony UK"``, ``"Embest"``, ...; ``"unknown"`` for a code not in the table."""
     processor: str
     """SoC: ``"BCM2711"``. Trust this, not cpuinfo's ``Hardware`` line."""
     revision: str
@@ -178,10 +184,13 @@ class Platform:
     l4t_release: str | None
     """Jetson Linux release from ``etc/nv_tegra_release``: ``"36.4.3"``."""
     pi_revision: PiRevision | None
+    """The decoded revision code on a Raspberry Pi (cpuinfo ``Revision`` or the DT)."""
     machine: str
     """uname-style architecture: ``aarch64``, ``armv7l``, ``x86_64`` or ``"unknown"``."""
     kernel_release: str | None
+    """``proc/sys/kernel/osrelease`` (live: uname)."""
     in_container: bool
+    """Docker/Podman/LXC/Kubernetes evidence found (the file is named in ``notes``)."""
     cpu: CpuInfo
     memory: MemoryInfo
     gpu: GpuInfo
