@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._deps import require_torch
-from .cuda_memory import memory_mode_of, record_gpu_use
+from .cuda_memory import as_cuda_tensor, memory_mode_of, record_gpu_use
 from .errors import PlatformError
 from .gpu import cuda_status
 
@@ -27,8 +27,9 @@ class Transfer:
     """One batch on its way to the GPU: the destination tensor and the copy's event.
 
     Args:
-        tensor: the CUDA tensor being filled.
-        event: the CUDA event recorded after the copy on the side stream.
+        tensor: the CUDA tensor being filled (or the zero-copy view).
+        event: the CUDA event recorded after the copy on the side stream; None when
+            nothing was copied (a mapped or managed slot viewed in place).
         nbytes: bytes copied.
     """
 
@@ -39,7 +40,7 @@ class Transfer:
 
     def done(self) -> bool:
         """Whether the copy has finished on the GPU (never blocks)."""
-        return bool(self.event.query())
+        return self.event is None or bool(self.event.query())
 
     def tensor(self, *, stream: Any = None) -> Any:
         """The CUDA tensor, safe to use on ``stream`` (default: the current stream).
@@ -47,6 +48,8 @@ class Transfer:
         Queues a wait for the copy on ``stream`` instead of blocking the CPU, and tells
         torch's allocator the tensor is used there, so its memory is not reused early.
         """
+        if self.event is None:
+            return self._tensor
         torch = require_torch()
         consumer = stream if stream is not None else torch.cuda.current_stream()
         consumer.wait_event(self.event)
@@ -56,6 +59,9 @@ class Transfer:
 
 class DeviceCopier:
     """Copies slot arrays to a CUDA device on a side stream, without blocking the CPU.
+
+    to_device() is the one call a loader needs: it picks the zero-copy view or the
+    asynchronous copy from the slot's memory mode.
 
     Thread-safe: producers may call copy() from any thread.
 
@@ -74,7 +80,10 @@ class DeviceCopier:
                 "Keep batches on the CPU (device='cpu', memory_mode='host')."
             )
         torch = require_torch()
-        self.device = torch.device(device if device is not None else "cuda")
+        chosen = torch.device(device if device is not None else "cuda")
+        if chosen.index is None:  # "cuda" means the current device; name it
+            chosen = torch.device("cuda", torch.cuda.current_device())
+        self.device = chosen
         self._stream = torch.cuda.Stream(device=self.device)
         self._lock = threading.Lock()
         self.copies = 0
@@ -106,3 +115,17 @@ class DeviceCopier:
             self.copies += 1
             self.bytes_copied += array.nbytes
         return Transfer(target, event=event, nbytes=array.nbytes)
+
+    def to_device(self, array: np.ndarray[Any, Any]) -> Transfer:
+        """Bring a slot array to the GPU the way its memory mode allows.
+
+        ``mapped`` and ``managed`` memory is viewed in place (zero copies, see
+        edgeload.cuda_memory.as_cuda_tensor); ``pinned`` memory is copied asynchronously
+        (copy()); ``host`` memory is copied synchronously.
+
+        Args:
+            array: a slot view, typically from ``SlotPool.lease``.
+        """
+        if memory_mode_of(array) in ("mapped", "managed"):
+            return Transfer(as_cuda_tensor(array, device=self.device), event=None, nbytes=0)
+        return self.copy(array)

@@ -279,3 +279,26 @@ def test_pool_keeps_a_pinned_slot_leased_until_its_copy_ran():
         assert pool.stats().leased == 1, "slot back in the pool while its copy is queued"
         assert _wait_for(lambda: pool.stats().leased == 0), "slot never came back"
         assert int(transfer.tensor().sum(dtype=torch.int64)) == 2 * int(np.prod(_FRAME))
+
+
+@pytest.mark.parametrize(
+    ("mode", "copied"), [("pinned", True), ("mapped", False), ("managed", False)]
+)
+def test_to_device_picks_copy_or_zero_copy_from_the_slot_mode(mode, copied):
+    import torch
+
+    copier = DeviceCopier()
+    with SlotPool(_FRAME, count=2, mode=mode) as pool:
+        slot = pool.acquire(timeout_s=5.0)
+        slot.array[:] = _frames(5)
+        expected = torch.from_numpy(slot.array.copy())
+        view = pool.lease(slot)
+        transfer = copier.to_device(view)
+        gpu = transfer.tensor()
+        assert gpu.device == copier.device
+        assert torch.equal(gpu.cpu(), expected)
+        assert transfer.nbytes == (view.nbytes if copied else 0)
+        assert copier.bytes_copied == transfer.nbytes
+        del view, gpu, transfer
+        torch.cuda.synchronize()
+        assert _wait_for(lambda: pool.stats().leased == 0)
