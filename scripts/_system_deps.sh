@@ -5,7 +5,7 @@
 system_deps() {
     local pkgs=(ffmpeg python3-opencv python3-gi gir1.2-gst-rtsp-server-1.0
         gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
-        gstreamer1.0-libav gstreamer1.0-tools)
+        gstreamer1.0-libav gstreamer1.0-tools python3-psutil)
     local missing=() p
     command -v dpkg-query >/dev/null 2>&1 || return 0
     for p in "${pkgs[@]}"; do

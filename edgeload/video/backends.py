@@ -241,7 +241,9 @@ def open_capture(
         ("CAP_PROP_N_THREADS", ffmpeg_threads),
     ):
         const = getattr(cv2, name, None)  # absent in older OpenCV 4.x
-        if const is not None and (target.backend == "ffmpeg" or name != "CAP_PROP_N_THREADS"):
+        # Only FFmpeg takes them all: OpenCV's GStreamer backend (4.6) fails the whole
+        # open on a property it cannot set, and a camera index goes to V4L2.
+        if const is not None and target.backend == "ffmpeg":
             params += [const, value]
     if target.backend == "ffmpeg" and target.kind in NETWORK_KINDS:
         # FFmpeg probes a live stream for 5 s by default to estimate its frame rate;
