@@ -106,6 +106,7 @@ class Fetcher:
         self._consumed = 0
         self._seeded_base: int | None = None
         self._suggest_layout = True
+        self._layout: _collate.SlotLayout | None = None
 
     def start(self, start: WorkerStart) -> None:
         """Seed (once per base seed), run ``worker_init_fn``, open the dataset iterator."""
@@ -215,14 +216,25 @@ class Fetcher:
         if spec.collate_fn is not None:
             result.data = spec.collate_fn(samples)
             return
-        if task.layout is not None and samples:
-            buf = task.slot if isinstance(task.slot, np.ndarray) else _attach(task.slot)
-            if _collate.write_samples(task.layout, buf, samples):
-                result.rows = len(samples)
-                return
-        if self._suggest_layout and samples and isinstance(task.index, list):
-            result.layout = _collate.plan_layout(samples[0], len(task.index))
-            self._suggest_layout = result.layout is not None
+        layout = task.layout or self._layout
+        if layout is None and self._suggest_layout and isinstance(task.index, list):
+            # The first batch decides whether samples are fixed-size; the loader makes
+            # its slot pool from the layout this sends back.
+            layout = result.layout = _collate.plan_layout(samples[0], len(task.index))
+            self._layout, self._suggest_layout = layout, False
+        if layout is not None and len(samples) <= layout.batch_size:
+            if task.slot is not None:
+                buf = task.slot if isinstance(task.slot, np.ndarray) else _attach(task.slot)
+                if _collate.write_samples(layout, buf, samples):
+                    result.rows = len(samples)
+                    return
+            else:
+                # No slot free: the same layout in fresh memory, still without torch.stack
+                # (whose thread pool stalls when the cores are busy with decoding).
+                buf = np.empty(layout.nbytes, np.uint8)
+                if _collate.write_samples(layout, buf, samples):
+                    result.data = _collate.read_batch(layout, buf, len(samples))
+                    return
         result.data = _collate.default_collate()(samples)
 
 
