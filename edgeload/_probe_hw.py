@@ -39,6 +39,12 @@ def machine_from_cpuinfo(per_cpu: dict[int, dict[str, str]], glob: dict[str, str
         if "vendor_id" in fields or "flags" in fields:
             return "x86_64" if " lm " in f" {fields.get('flags', '')} " else "i686"
     for fields in blocks:
+        # 32-bit kernels name the ELF platform here; ARM1176 (Pi 1, Zero) says
+        # "CPU architecture: 7" although uname says armv6l.
+        platform = re.search(r"\((v[5-7]\w*l)\)\s*$", fields.get("model name", ""))
+        if platform:
+            return "arm" + platform.group(1)
+    for fields in blocks:
         arch = fields.get("CPU architecture", "")
         features = fields.get("Features", "").split()
         # A 32-bit kernel on 64-bit cores (Pi Zero 2 W on a 32-bit OS) says 7.

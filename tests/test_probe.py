@@ -592,3 +592,23 @@ def test_pip_cv2_shadowing_a_system_cv2(tmp_path, system_cv2):
     assert info is not None and info.version == cv2.__version__
     assert info.shadows_system == (system_cv2 is not None)
     assert (info.system_path is not None) == (system_cv2 is not None)
+
+
+def test_pi_zero_arm1176_is_armv6l_although_cpuinfo_says_architecture_7(tmp_path):
+    # Raspberry Pi Zero W (BCM2835, ARM1176JZF-S) on a 32-bit kernel.
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(
+        "processor\t: 0\nmodel name\t: ARMv6-compatible processor rev 7 (v6l)\n"
+        "BogoMIPS\t: 997.08\nFeatures\t: half thumb fastmult vfp edsp java tls\n"
+        "CPU implementer\t: 0x41\nCPU architecture: 7\nCPU variant\t: 0x0\n"
+        "CPU part\t: 0xb76\nCPU revision\t: 7\n\n"
+        "Hardware\t: BCM2835\nRevision\t: 9000c1\nModel\t\t: Raspberry Pi Zero W Rev 1.1\n"
+    )
+    p = probe(tmp_path)
+    assert (p.family, p.model, p.machine, p.soc) == (
+        "raspberry_pi",
+        "Raspberry Pi Zero W",
+        "armv6l",
+        "BCM2835",
+    )
+    assert [c.core_type for c in p.cpu.clusters] == ["ARM1176"]
