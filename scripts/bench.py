@@ -66,7 +66,18 @@ def add_transfer(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=bench_transfer.run)
 
 
-COMMANDS = [add_handoff, add_transfer]
+def add_dataset(subparsers: argparse._SubParsersAction) -> None:
+    from benchmarks import bench_dataset
+
+    p = subparsers.add_parser(
+        "dataset",
+        help="JPEG decode+resize dataset: edgeload DataLoader vs torch (0 workers, fork, spawn)",
+    )
+    bench_dataset.add_arguments(p)
+    p.set_defaults(func=bench_dataset.run)
+
+
+COMMANDS = [add_handoff, add_transfer, add_dataset]
 
 
 def main(argv: list[str] | None = None) -> int:
