@@ -117,7 +117,8 @@ def test_tensor_holds_the_slot_lease_until_it_dies():
     assert lease() is not None, "the slot view died while a CUDA tensor still reads it"
     del tensor
     gc.collect()
-    assert lease() is None
+    # Released once the (empty) GPU queue behind the tensor's fence has drained.
+    assert _wait_for(lambda: lease() is None), "slot view kept after its tensor and GPU work"
 
 
 def test_in_use_slot_is_not_rewritten_while_gpu_work_is_queued():
@@ -211,18 +212,24 @@ def test_memory_is_freed_only_after_views_and_gpu_work_are_gone(mode):
         root = root.base
     owner = weakref.ref(root)  # the object that owns the CUDA allocation
     result = None
-    if mode != "pinned":
+    if mode == "pinned":
+        transfer = DeviceCopier().copy(slot)
+    else:
+        transfer = None
         tensor = as_cuda_tensor(slot)
-        torch.cuda._sleep(_SPIN_CYCLES)
         result = tensor.sum(dtype=torch.int64)
         del tensor
+    torch.cuda._sleep(_SPIN_CYCLES)  # keep the stream busy behind the read
+    record_gpu_use(slot)
     del slot
     gc.collect()
-    # The finaliser waited for the queued sum before freeing: the result is intact.
-    assert owner() is None
+    assert owner() is not None, "CUDA memory freed while queued GPU work still reads it"
+    torch.cuda.synchronize()
+    assert _wait_for(lambda: owner() is None), "CUDA memory never freed"
     if result is not None:
         assert int(result) == 3 * int(np.prod(_FRAME))
-    torch.cuda.synchronize()
+    if transfer is not None:
+        assert int(transfer.tensor().sum(dtype=torch.int64)) == 3 * int(np.prod(_FRAME))
 
 
 def _wait_for(predicate, timeout_s=10.0):
