@@ -174,6 +174,8 @@ def test_copy_of_the_next_batch_overlaps_the_model_on_this_one():
     copier = DeviceCopier()
     slot = _slot("pinned")
     slot[:] = _frames(4)
+    copier.copy(slot).tensor()  # warm up: a first cudaMalloc may wait for the device
+    torch.cuda.synchronize()
     model_done = torch.cuda.Event()
     torch.cuda._sleep(_SPIN_CYCLES)  # the model, busy with batch k on the current stream
     model_done.record()
