@@ -5,9 +5,13 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgeload.buffers import PAGE_SIZE, SlotPool, allocate, attach, check_shm_space
 from edgeload.errors import ClosedError, PlatformError
@@ -144,3 +148,58 @@ def test_bad_arguments_name_the_value():
         SlotPool((4,), count=2, max_bytes=10)
     with pytest.raises(ValueError, match="memory mode must be one of"):
         allocate(10, mode="vram")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(st.one_of(st.booleans(), st.integers(0, 20)), max_size=60),
+    count=st.integers(1, 4),
+    extra=st.integers(0, 3),
+)
+def test_kept_batches_never_change_under_any_keep_drop_sequence(ops, count, extra):
+    # True: produce and keep; False: produce and drop at once; n: drop kept batch n.
+    max_bytes = (count + extra) * PAGE_SIZE
+    kept: dict[int, np.ndarray] = {}
+    with SlotPool((8,), np.int64, count=count, max_bytes=max_bytes) as pool:
+        for step, op in enumerate(ops):
+            if isinstance(op, bool):
+                batch = _produce(pool, step)
+                if op:
+                    kept[step] = batch
+                del batch
+            elif kept:
+                kept.pop(sorted(kept)[op % len(kept)])
+            assert all(int(b.min()) == int(b.max()) == k for k, b in kept.items())
+            stats = pool.stats()
+            assert stats.nbytes <= max_bytes
+            assert stats.leased <= len(kept)  # copies hold no slot
+            assert stats.free + stats.acquired + stats.leased == stats.count
+
+
+def test_latest_prefetch_recycles_dropped_slots():
+    from edgeload.prefetch import END, Prefetcher
+
+    with SlotPool((32,), np.int32, count=6) as pool:
+        queue = Prefetcher(max_items=2, policy="latest", on_drop=pool.release)
+
+        def produce() -> None:
+            for i in range(200):
+                slot = pool.acquire(timeout_s=5)
+                slot.array[...] = i
+                queue.put(slot)
+            queue.put_end()
+
+        producer = threading.Thread(target=produce, name="test-camera")
+        producer.start()
+        seen = []
+        while (slot := queue.get(timeout_s=5)) is not END:
+            batch = pool.lease(slot)
+            seen.append(int(batch[0]))
+            assert int(batch.min()) == int(batch.max())
+            time.sleep(0.001)
+        del batch
+        producer.join(5)
+        stats = queue.stats()
+        assert len(seen) + stats.drops == 200
+        assert seen == sorted(seen) and seen[-1] == 199
+        assert pool.stats().count == 6 and pool.stats().free == 6
