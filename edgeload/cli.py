@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ from .errors import EdgeloadError
 # name -> (module that implements it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("edgeload._cli_probe", "show what this device is and the plan edgeload would use"),
+    "demo": ("edgeload.video.demo", "replay sample clips (or your sources) as live streams"),
     "autotune": (
         "edgeload._cli_autotune",
         "measure the real workload on this device and write the profile every loader uses",
@@ -57,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgeloadError as exc:
         print(f"edgeload {head.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `edgeload probe | head`: the reader left; not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"edgeload {head.command}: interrupted", file=sys.stderr)
         return 130

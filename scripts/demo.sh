@@ -3,4 +3,4 @@
 # (arguments pass through, e.g. scripts/demo.sh rtsp://cam/stream).
 source "$(dirname "$0")/_setup.sh"
 edgeload_install ""
-exec "$venv/bin/edgeload" probe "$@"
+exec "$venv/bin/edgeload" demo "$@"
