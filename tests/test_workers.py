@@ -130,18 +130,32 @@ def test_init_fn_failure_is_reported(kind):
 
 def test_sigkill_of_a_worker_process_is_reported_with_pid_and_signal_at_once():
     with WorkerPool(sleep_for, kind="process", num_workers=2, timeout_s=5) as pool:
-        pool.submit(0.0)
-        pool.get()  # the workers are up
+        pool.submit(0.0, worker=1)
+        pool.get()  # worker 1 is up
         victim = pool.pids[1]
-        pool.submit(30.0, worker=1)
+        index = pool.submit(30.0, worker=1)
         os.kill(victim, signal.SIGKILL)
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=rf"pid {victim}\) was killed by SIGKILL") as info:
             pool.get()
         assert time.monotonic() - t0 < 2.0
-        assert info.value.index == 1 and info.value.worker == f"pid {victim}"
+        assert info.value.index == index and info.value.worker == f"pid {victim}"
         with pytest.raises(WorkerError, match="SIGKILL"):  # the pool stays broken
             pool.submit(1.0, worker=0)
+
+
+def test_a_killed_worker_leaves_no_shared_memory_once_the_pool_closes():
+    prefix = f"edgeload-{os.getpid()}-"
+    slots = SlotPool((4096,), np.uint8, count=2, shared=True)
+    with WorkerPool(fill_slot, kind="process") as pool:
+        pool.submit(slots.acquire(timeout_s=1).ref)
+        pool.get(timeout_s=10)  # the worker has the segment mapped
+        os.kill(pool.pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="SIGKILL"):  # from submit or get: a race
+            pool.submit(slots.acquire(timeout_s=1).ref)
+            pool.get(timeout_s=5)
+    slots.close()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
