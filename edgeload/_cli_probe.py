@@ -99,7 +99,10 @@ def _describe(platform: Platform, plan: Plan) -> str:
         ),
         ("gpu", gpu_text),
         ("opencv", cv_text),
+        ("hw decode", ", ".join(platform.hw_decoders) or "none found"),
     ]
     width = max(len(r[0]) for r in rows)
     head = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-    return f"{head}\n\nplan\n" + "\n".join("  " + line for line in plan.describe().splitlines())
+    notes = "".join(f"\nnote       {n}" for n in platform.notes)
+    plan_text = "\n".join("  " + line for line in plan.describe().splitlines())
+    return f"{head}{notes}\n\nplan\n{plan_text}"
