@@ -204,6 +204,9 @@ class DatasetWorkload:
             prefetch_bytes=config.get("prefetch_bytes"),
             memory_mode=str(config.get("memory_mode", "auto")),
             timeout=self.timeout_s,
+            # A trial spans many epochs of a small dataset; restarting process workers
+            # each epoch would measure start-up, not loading.
+            persistent_workers=workers > 0,
         )
         try:
             yield _samples(loader)

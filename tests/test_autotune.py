@@ -249,7 +249,7 @@ def test_dataset_autotune_from_a_factory(tmp_path, config_home, monkeypatch, cap
     monkeypatch.syspath_prepend(str(tmp_path))
     out_path = tmp_path / "tuned.toml"
     rc = cli.main(["autotune", "--dataset", "tinydata:make", "--batch-size", "16", *SHORT,
-                   "--budget-seconds", "12", "--max-trials", "4", "--output", str(out_path),
+                   "--budget-seconds", "12", "--max-trials", "3", "--output", str(out_path),
                    "--json"])  # fmt: skip
     out, err = capsys.readouterr()
     assert rc == 0, err
