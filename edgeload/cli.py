@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edgeload {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, description=help_text).set_defaults(_module=module)
+        # add_help=False: `edgeload CMD --help` reaches the parser that knows CMD's options.
+        sub.add_parser(name, help=help_text, add_help=False).set_defaults(_module=module)
     return parser
 
 

@@ -313,3 +313,13 @@ def test_ctrl_c_keeps_the_trials_and_writes_nothing(small_clip, tmp_path):
     assert "interrupted" in out and "nothing written" in out
     assert " 0 " in out.splitlines()[1] or "*0" in out.splitlines()[1]  # trial 0 is kept
     assert not (tmp_path / "xdg" / "edgeload" / "profile.toml").exists()
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["autotune", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--video", "--dataset", "--max-memory", "--budget-seconds", "--objective",
+                 "--output", "--system", "--json", "--plot", "--write-partial"):  # fmt: skip
+        assert flag in out
