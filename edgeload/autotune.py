@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ._autotune_loaders import DatasetWorkload, VideoWorkload
 from ._autotune_profile import atomic_write, device_stamp, render_toml
-from ._autotune_search import Knob, Stop, coordinate_search, grid_size, pick_winner
-from ._autotune_workloads import Measurement, Workload, measure, profile_settings
+from ._autotune_result import Objective, Trial, TuneResult, choose_winner
+from ._autotune_search import Knob, Stop, coordinate_search, grid_size
+from ._autotune_workloads import Workload, measure, profile_settings
 from .errors import EdgeloadError, ProfileError
 from .measure import tree_pss_bytes
 from .plan import PROCESS_WORKER_BYTES, Plan, plan_for
@@ -30,7 +30,6 @@ from .profile import (
     load_profile,
     system_config_dir,
     user_config_dir,
-    validate_settings,
 )
 
 __all__ = [
@@ -43,79 +42,9 @@ __all__ = [
     "write_profile",
 ]
 
-Objective = Literal["throughput", "latency"]
 _SLOT_LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 _WORKER_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 _CUDA_MODES = ("pinned", "mapped", "managed")
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One configuration tried."""
-
-    index: int
-    config: Mapping[str, Any]
-    status: str
-    """``ok``, ``over memory``, ``skipped: ...`` (estimated over the ceiling) or ``failed: ...``."""
-    measurement: Measurement | None = None
-    score: float | None = None
-    """Items/s (throughput) or 1000 / p99 latency in ms (latency); None when rejected."""
-
-
-@dataclass
-class TuneResult:
-    """Every trial, the winner and why it won."""
-
-    workload: str
-    objective: Objective
-    max_memory_bytes: int
-    trials: list[Trial] = field(default_factory=list)
-    winner: int | None = None
-    """Index into ``trials``; None when no trial was accepted."""
-    reason: str = ""
-    interrupted: bool = False
-    elapsed_s: float = 0.0
-    grid_size: int = 0
-    """How many configurations the full grid over the same knobs has."""
-    baseline_plan: Plan | None = None
-
-    @property
-    def best(self) -> Trial | None:
-        """The winning trial."""
-        return None if self.winner is None else self.trials[self.winner]
-
-    def settings(self) -> dict[str, Any]:
-        """The winner as ``[profile]`` settings (validated).
-
-        Raises:
-            ProfileError: no trial was accepted.
-        """
-        if self.best is None:
-            raise ProfileError("autotune: no trial was accepted, so there is no profile to write")
-        return validate_settings(profile_settings(self.best.config), where="autotune")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``--json``."""
-        return {
-            "workload": self.workload,
-            "objective": self.objective,
-            "max_memory_bytes": self.max_memory_bytes,
-            "winner": self.winner,
-            "reason": self.reason,
-            "interrupted": self.interrupted,
-            "elapsed_s": round(self.elapsed_s, 2),
-            "grid_size": self.grid_size,
-            "trials": [
-                {
-                    "index": t.index,
-                    "config": dict(t.config),
-                    "status": t.status,
-                    "score": t.score,
-                    **(vars(t.measurement) if t.measurement else {}),
-                }
-                for t in self.trials
-            ],
-        }
 
 
 def _knobs(
@@ -265,7 +194,7 @@ def autotune(
     except KeyboardInterrupt:
         result.interrupted = True
     result.elapsed_s = time.monotonic() - began
-    _choose(result, min_gain)
+    choose_winner(result, min_gain)
     if progress is not None:
         progress(result, None)
     return result
@@ -301,36 +230,6 @@ def _run_trial(
         return Trial(index, dict(config), "over memory", got)
     value = got.items_per_s if objective == "throughput" else 1000.0 / max(got.latency_p99_ms, 1e-3)
     return Trial(index, dict(config), "ok", got, value)
-
-
-def _choose(result: TuneResult, min_gain: float) -> None:
-    ok = [(t.index, t.score, t.measurement.peak_pss_bytes) for t in result.trials
-          if t.score is not None and t.measurement is not None]  # fmt: skip
-    picked = pick_winner(ok, min_gain=min_gain)
-    if picked is None:
-        result.reason = "no trial finished within the memory ceiling"
-        return
-    result.winner, for_memory = picked
-    best = result.trials[result.winner]
-    assert best.measurement is not None and best.score is not None
-    unit = "items/s" if result.objective == "throughput" else "/s (1000 / p99 ms)"
-    top = max(ok, key=lambda c: c[1])
-    first = result.trials[0]
-    vs_plan = ""
-    if first.score and result.winner != 0:
-        vs_plan = f"; {best.score / first.score - 1:+.0%} vs the untuned plan (trial 0)"
-    elif result.winner == 0:
-        vs_plan = "; the untuned plan was already best"
-    if for_memory:
-        result.reason = (
-            f"within {min_gain:.0%} of the best score ({best.score:.1f} vs {top[1]:.1f} {unit}) "
-            f"with {_mib(top[2] - best.measurement.peak_pss_bytes)} less peak memory{vs_plan}"
-        )
-    else:
-        result.reason = (
-            f"highest {result.objective} score, {best.score:.1f} {unit}, at "
-            f"{_mib(best.measurement.peak_pss_bytes)} peak PSS{vs_plan}"
-        )
 
 
 def write_profile(

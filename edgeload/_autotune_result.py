@@ -1,0 +1,119 @@
+"""The outcome of an autotune run: its trials, the winner and why it won."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._autotune_search import pick_winner
+from ._autotune_workloads import Measurement, profile_settings
+from .errors import ProfileError
+from .plan import Plan
+from .profile import validate_settings
+
+Objective = Literal["throughput", "latency"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration tried."""
+
+    index: int
+    config: Mapping[str, Any]
+    status: str
+    """``ok``, ``over memory``, ``skipped: ...`` (estimated over the ceiling) or ``failed: ...``."""
+    measurement: Measurement | None = None
+    score: float | None = None
+    """Items/s (throughput) or 1000 / p99 latency in ms (latency); None when rejected."""
+
+
+@dataclass
+class TuneResult:
+    """Every trial, the winner and why it won."""
+
+    workload: str
+    objective: Objective
+    max_memory_bytes: int
+    trials: list[Trial] = field(default_factory=list)
+    winner: int | None = None
+    """Index into ``trials``; None when no trial was accepted."""
+    reason: str = ""
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+    grid_size: int = 0
+    """How many configurations the full grid over the same knobs has."""
+    baseline_plan: Plan | None = None
+
+    @property
+    def best(self) -> Trial | None:
+        """The winning trial."""
+        return None if self.winner is None else self.trials[self.winner]
+
+    def settings(self) -> dict[str, Any]:
+        """The winner as ``[profile]`` settings (validated).
+
+        Raises:
+            ProfileError: no trial was accepted.
+        """
+        if self.best is None:
+            raise ProfileError("autotune: no trial was accepted, so there is no profile to write")
+        return validate_settings(profile_settings(self.best.config), where="autotune")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "workload": self.workload,
+            "objective": self.objective,
+            "max_memory_bytes": self.max_memory_bytes,
+            "winner": self.winner,
+            "reason": self.reason,
+            "interrupted": self.interrupted,
+            "elapsed_s": round(self.elapsed_s, 2),
+            "grid_size": self.grid_size,
+            "trials": [
+                {
+                    "index": t.index,
+                    "config": dict(t.config),
+                    "status": t.status,
+                    "score": t.score,
+                    **(vars(t.measurement) if t.measurement else {}),
+                }
+                for t in self.trials
+            ],
+        }
+
+
+def choose_winner(result: TuneResult, min_gain: float) -> None:
+    """Set ``result.winner`` and ``result.reason`` from its trials."""
+    ok = [(t.index, t.score, t.measurement.peak_pss_bytes) for t in result.trials
+          if t.score is not None and t.measurement is not None]  # fmt: skip
+    picked = pick_winner(ok, min_gain=min_gain)
+    if picked is None:
+        result.reason = "no trial finished within the memory ceiling"
+        return
+    result.winner, for_memory = picked
+    best = result.trials[result.winner]
+    assert best.measurement is not None and best.score is not None
+    unit = "items/s" if result.objective == "throughput" else "/s (1000 / p99 ms)"
+    top = max(ok, key=lambda c: c[1])
+    first = result.trials[0]
+    vs_plan = ""
+    if first.score and result.winner != 0:
+        vs_plan = f"; {best.score / first.score - 1:+.0%} vs the untuned plan (trial 0)"
+    elif result.winner == 0:
+        vs_plan = "; the untuned plan was already best"
+    if for_memory:
+        result.reason = (
+            f"within {min_gain:.0%} of the best score ({best.score:.1f} vs {top[1]:.1f} {unit}) "
+            f"with {_mib(top[2] - best.measurement.peak_pss_bytes)} less peak memory{vs_plan}"
+        )
+    else:
+        result.reason = (
+            f"highest {result.objective} score, {best.score:.1f} {unit}, at "
+            f"{_mib(best.measurement.peak_pss_bytes)} peak PSS{vs_plan}"
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
