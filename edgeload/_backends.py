@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._lifecycle import POLL_INTERVAL_S, join_threads, thread_name
+from ._lifecycle import POLL_INTERVAL_S, join_threads, thread_env, thread_name
 from ._procworker import Failure, Message, process_main, run_task
 from .errors import WorkerError
 
@@ -144,7 +144,9 @@ class ProcessBackend:
                 name=thread_name(name, info.id),
                 daemon=True,
             )
-            proc.start()
+            # forkserver children inherit the server's environment: the first pool's cap.
+            with thread_env(threads_per_worker):
+                proc.start()
             child_conn.close()
             self.conns.append(parent_conn)
             self.procs.append(proc)

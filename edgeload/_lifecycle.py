@@ -6,19 +6,21 @@ its stop event, so a close() or Ctrl-C is noticed within that time.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "POLL_INTERVAL_S",
     "State",
     "join_threads",
     "limit_library_threads",
+    "thread_env",
     "thread_name",
 ]
 
@@ -97,3 +99,22 @@ def limit_library_threads(num_threads: int, *, env: bool = True, torch: bool = T
     cv2_mod = sys.modules.get("cv2")
     if cv2_mod is not None:
         cv2_mod.setNumThreads(num_threads)
+
+
+@contextlib.contextmanager
+def thread_env(num_threads: int) -> Iterator[None]:
+    """Set the OpenMP/BLAS thread variables while a worker process starts, then restore.
+
+    A spawned child reads its environment before it imports anything, so numpy's BLAS
+    pool is sized by these, not by the machine's core count.
+    """
+    saved = {var: os.environ.get(var) for var in _THREAD_ENV_VARS}
+    os.environ.update({var: str(num_threads) for var in _THREAD_ENV_VARS})
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value

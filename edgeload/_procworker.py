@@ -75,11 +75,11 @@ def process_main(
     # Ctrl-C reaches the whole process group; the parent alone decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_library_threads(threads_per_worker)
-    from . import workers
+    from ._worker_base import WorkerInfo, set_current
 
     fn, init_fn = pickle.loads(payload)
-    info = workers.WorkerInfo(**info_fields, stop_event=threading.Event())
-    workers._set_current(info)
+    info = WorkerInfo(**info_fields, stop_event=threading.Event())
+    set_current(info)
     wid, parent = info.id, os.getppid()
     try:
         if init_fn is not None:

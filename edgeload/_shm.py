@@ -20,7 +20,15 @@ import numpy as np
 
 from .errors import PlatformError
 
-__all__ = ["SHM_DIR", "SharedSegment", "SlotRef", "attach", "check_shm_space", "detach_all"]
+__all__ = [
+    "SHM_DIR",
+    "HostMemory",
+    "SharedSegment",
+    "SlotRef",
+    "attach",
+    "check_shm_space",
+    "detach_all",
+]
 
 SHM_DIR = "/dev/shm"
 """Where shared slots live (a tmpfs on Linux; Docker gives it 64 MiB by default)."""
@@ -94,6 +102,23 @@ class SharedSegment:
             with contextlib.suppress(BufferError):
                 self._mmap.close()
             self._mmap = None
+
+
+class HostMemory:
+    """Private page-aligned memory (anonymous mmap)."""
+
+    name: str | None = None
+    shm_dir = ""
+
+    def __init__(self, nbytes: int) -> None:
+        self._mmap = mmap.mmap(-1, nbytes)
+        self.buffer = memoryview(self._mmap)
+
+    def close(self) -> None:
+        self.buffer.release()
+        # A batch the user kept still maps it: then it is unmapped when that goes.
+        with contextlib.suppress(BufferError):
+            self._mmap.close()
 
 
 class SlotRef(NamedTuple):

@@ -18,21 +18,18 @@ seam for the GPU modes); ``host`` is page-aligned ``mmap`` memory, shared throug
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import mmap
-import threading
 import time
 import weakref
-from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ._lifecycle import POLL_INTERVAL_S
-from ._shm import SHM_DIR, SharedSegment, SlotRef, attach, check_shm_space
+from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
+from ._slotcore import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
 from .errors import ClosedError
 
 __all__ = [
@@ -56,50 +53,10 @@ PAGE_SIZE = mmap.PAGESIZE
 MemoryMode = Literal["host", "pinned", "mapped", "managed"]
 
 
-class Backing(Protocol):
-    """Memory behind one or more slots, as an allocator returns it."""
-
-    @property
-    def buffer(self) -> memoryview:
-        """The whole region, writable, starting page-aligned."""
-
-    @property
-    def name(self) -> str | None:
-        """The shared segment's name for :class:`SlotRef`, or None when private."""
-
-    @property
-    def shm_dir(self) -> str:
-        """The directory of the shared segment ("" when private)."""
-
-    def close(self) -> None:
-        """Free (and unlink) the memory; views still alive keep their pages mapped."""
-
-
-Allocator = Callable[[int, bool, str], Backing]
-"""``allocator(nbytes, shared, shm_dir) -> Backing``."""
-
-
-class _HostMemory:
-    """Private page-aligned memory (anonymous mmap)."""
-
-    name: str | None = None
-    shm_dir = ""
-
-    def __init__(self, nbytes: int) -> None:
-        self._mmap = mmap.mmap(-1, nbytes)
-        self.buffer = memoryview(self._mmap)
-
-    def close(self) -> None:
-        self.buffer.release()
-        # A batch the user kept still maps it: then it is unmapped when that goes.
-        with contextlib.suppress(BufferError):
-            self._mmap.close()
-
-
 def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:
     if shared:
         return SharedSegment(nbytes, shm_dir=shm_dir)
-    return _HostMemory(nbytes)
+    return HostMemory(nbytes)
 
 
 def _gpu(mode: MemoryMode) -> Allocator:
@@ -139,74 +96,6 @@ def allocate(
     if nbytes < 1:
         raise ValueError(f"slot memory must be at least 1 byte, got {nbytes}")
     return _ALLOCATORS[mode](nbytes, shared, shm_dir)
-
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """One acquired slot, for the producer to fill."""
-
-    index: int
-    """Its index in the pool (stable for the pool's life)."""
-    array: np.ndarray
-    """The whole slot, writable, in this process."""
-    ref: SlotRef | None
-    """For a process worker: ``attach(ref)`` gives the same memory; None if not shared."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SlotStats:
-    """A snapshot of a :class:`SlotPool`."""
-
-    count: int
-    """Slots allocated now (grows within max_bytes)."""
-    free: int
-    acquired: int
-    """Held by producers (acquired, not yet leased or released)."""
-    leased: int
-    """Views held by the consumer."""
-    copies: int
-    """Batches delivered as copies because the consumer kept every slot."""
-    nbytes: int
-    """Bytes allocated."""
-
-
-class _PoolCore:
-    """The pool's state; its finalizer and lease callbacks hold this, never the pool.
-
-    Invariant: every slot index is in exactly one of ``free``, ``acquired``, ``leased``
-    (until close, which empties all three).
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.cond = threading.Condition(threading.RLock())  # reentrant: GC may free a
-        # leased view, and so run on_release, while this thread already holds it
-        self.backings: list[Backing] = []
-        self.arrays: list[np.ndarray] = []
-        self.refs: list[SlotRef | None] = []
-        self.views: list[tuple[int, int]] = []  # (backing index, byte offset) per slot
-        self.free: list[int] = []
-        self.acquired: set[int] = set()
-        self.leased: dict[int, weakref.ref[np.ndarray]] = {}
-        self.closed = False
-
-    def on_release(self, index: int) -> None:
-        with self.cond:
-            if self.leased.pop(index, None) is not None and not self.closed:
-                self.free.append(index)
-                self.cond.notify_all()
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.free.clear()
-            self.acquired.clear()
-            self.leased.clear()
-            self.arrays.clear()
-            self.cond.notify_all()
-            backings, self.backings = self.backings, []
-        for backing in backings:
-            backing.close()
 
 
 class SlotPool:
@@ -258,7 +147,7 @@ class SlotPool:
         self.name, self.mode, self.shared, self.shm_dir = name, mode, shared, shm_dir
         self.max_bytes = max_bytes
         self._copies = 0
-        self._core = _PoolCore(name)
+        self._core = PoolCore(name)
         self._grow(count)
         self._finalizer = weakref.finalize(self, self._core.close)
 
@@ -400,7 +289,7 @@ class SlotPool:
             if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
                 raise TypeError("slot view has no ndarray base")
             core.acquired.remove(slot.index)
-            core.leased[slot.index] = weakref.ref(base, _Releaser(core, slot.index))
+            core.leased[slot.index] = weakref.ref(base, Releaser(core, slot.index))
             return view
 
     def stats(self) -> SlotStats:
@@ -423,15 +312,3 @@ class SlotPool:
         last view goes.
         """
         self._finalizer()
-
-
-class _Releaser:
-    """Weak-reference callback: the consumer dropped the last view of a slot."""
-
-    __slots__ = ("_core", "_index")
-
-    def __init__(self, core: _PoolCore, index: int) -> None:
-        self._core, self._index = core, index
-
-    def __call__(self, _ref: object) -> None:
-        self._core.on_release(self._index)

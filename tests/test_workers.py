@@ -326,3 +326,16 @@ def test_explicit_start_methods_work(start_method):
         pool.submit(3)
         assert pool.get(timeout_s=20).value == (9, 0, "process")
     assert current_worker() is None
+
+
+def os_threads(_: object) -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_blas_pools_are_capped_before_numpy_loads_in_the_worker(start_method):
+    # numpy (imported with edgeload, before fn) sizes its OpenBLAS pool from the
+    # environment at start-up: with the cap there, the worker has no extra threads.
+    with WorkerPool(os_threads, kind="process", start_method=start_method) as pool:
+        pool.submit(None)
+        assert pool.get(timeout_s=20).value == 1
