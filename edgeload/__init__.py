@@ -1,6 +1,7 @@
 """edgeload: data loading for PyTorch on edge devices."""
 
 from ._version import __version__
+from .autotune import DatasetWorkload, TuneResult, VideoWorkload, autotune
 from .buffers import SlotPool
 from .cuda_memory import as_cuda_tensor
 from .errors import (
@@ -28,6 +29,7 @@ __all__ = [
     "CudaDevice",
     "CudaStatus",
     "DataLoader",
+    "DatasetWorkload",
     "DeviceCopier",
     "EdgeloadError",
     "MissingDependency",
@@ -40,11 +42,14 @@ __all__ = [
     "SlotPool",
     "SourceError",
     "Threads",
+    "TuneResult",
+    "VideoWorkload",
     "WorkerError",
     "WorkerPool",
     "WorkerTimeout",
     "__version__",
     "as_cuda_tensor",
+    "autotune",
     "check_memory_mode",
     "cuda_device",
     "cuda_status",

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from ._autotune_profile import atomic_write, device_stamp, render_toml
 from ._autotune_search import pick_winner
 from ._autotune_workloads import Measurement, profile_settings
 from .errors import ProfileError
 from .plan import Plan
-from .profile import validate_settings
+from .profile import TUNED_FILENAME, system_config_dir, user_config_dir, validate_settings
 
 Objective = Literal["throughput", "latency"]
 
@@ -59,6 +61,39 @@ class TuneResult:
         if self.best is None:
             raise ProfileError("autotune: no trial was accepted, so there is no profile to write")
         return validate_settings(profile_settings(self.best.config), where="autotune")
+
+    def write(
+        self,
+        path: str | Path | None = None,
+        *,
+        platform: Any = None,
+        system: bool = False,
+        root: str = "/",
+    ) -> Path:
+        """Write the winner as a stamped tuned profile (atomically); return where it went.
+
+        Args:
+            path: where to write; default the user config dir (``$XDG_CONFIG_HOME/edgeload``),
+                or with ``system`` /etc/edgeload; ``load_profile`` looks in both.
+            platform: the device, for the stamp; default :func:`edgeload.probe.probe`.
+            system: write to the system config dir, for every user of the device.
+            root: where to read the Jetson power mode from (tests point it at a tree).
+
+        Raises:
+            ProfileError: no trial was accepted, or the file cannot be written.
+        """
+        settings = self.settings()
+        if platform is None:
+            from .probe import probe
+
+            platform = probe()
+        if path is None:
+            path = (system_config_dir() if system else user_config_dir()) / TUNED_FILENAME
+        target = Path(path)
+        comment = f"Written by `edgeload autotune` for {self.workload}.\nWhy: {self.reason}"
+        stamp = device_stamp(platform, root=root)
+        atomic_write(target, render_toml({"tuned": stamp, "profile": settings}, comment=comment))
+        return target
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json``."""

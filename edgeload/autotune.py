@@ -18,19 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ._autotune_loaders import DatasetWorkload, VideoWorkload
-from ._autotune_profile import atomic_write, device_stamp, render_toml
 from ._autotune_result import Objective, Trial, TuneResult, choose_winner
 from ._autotune_search import Knob, Stop, coordinate_search, grid_size
 from ._autotune_workloads import Workload, measure, profile_settings
 from .errors import EdgeloadError, ProfileError
 from .measure import tree_pss_bytes
 from .plan import PROCESS_WORKER_BYTES, Plan, plan_for
-from .profile import (
-    TUNED_FILENAME,
-    load_profile,
-    system_config_dir,
-    user_config_dir,
-)
+from .profile import load_profile
 
 __all__ = [
     "DatasetWorkload",
@@ -240,31 +234,12 @@ def write_profile(
     system: bool = False,
     root: str = "/",
 ) -> Path:
-    """Write the winner as a stamped tuned profile; return where it went.
-
-    Args:
-        result: what :func:`autotune` returned.
-        platform: the device (for the stamp); default :func:`edgeload.probe.probe`.
-        path: where to write; default the user config dir (``--system``: /etc/edgeload).
-        system: write to the system config dir, for every user of the device.
-        root: where to read the Jetson power mode from (tests point it at a tree).
+    """Write the winner as a stamped tuned profile: :meth:`TuneResult.write`.
 
     Raises:
         ProfileError: no trial was accepted, or the file cannot be written.
     """
-    settings = result.settings()
-    if platform is None:
-        from .probe import probe
-
-        platform = probe()
-    if path is None:
-        path = (system_config_dir() if system else user_config_dir()) / TUNED_FILENAME
-    target = Path(path)
-    comment = f"Written by `edgeload autotune` for {result.workload}.\nWhy: {result.reason}"
-    text = render_toml({"tuned": device_stamp(platform, root=root), "profile": settings},
-                       comment=comment)  # fmt: skip
-    atomic_write(target, text)
-    return target
+    return result.write(path, platform=platform, system=system, root=root)
 
 
 def _mib(n: int) -> str:
