@@ -339,3 +339,17 @@ def test_blas_pools_are_capped_before_numpy_loads_in_the_worker(start_method):
     with WorkerPool(os_threads, kind="process", start_method=start_method) as pool:
         pool.submit(None)
         assert pool.get(timeout_s=20).value == 1
+
+
+def return_lock(_: object) -> object:
+    return threading.Lock()
+
+
+def test_an_unpicklable_result_becomes_a_worker_error():
+    with WorkerPool(return_lock, kind="process") as pool:
+        pool.submit(None)
+        with pytest.raises(WorkerError, match=r"item 0 raised .*lock"):
+            pool.get(timeout_s=10)
+        pool.submit(None)  # the worker survives it
+        with pytest.raises(WorkerError, match="lock"):
+            pool.get(timeout_s=10)
