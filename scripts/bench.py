@@ -77,7 +77,19 @@ def add_dataset(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=bench_dataset.run)
 
 
-COMMANDS = [add_handoff, add_transfer, add_dataset]
+def add_video(subparsers: argparse._SubParsersAction) -> None:
+    from benchmarks import bench_video
+
+    p = subparsers.add_parser(
+        "video",
+        help="4 x 720p H.264 -> 640x640 batches: StreamLoader vs plain loop, thread-per-stream, "
+        "torch DataLoader, ceiling; live frame age",
+    )
+    bench_video.add_arguments(p)
+    p.set_defaults(func=bench_video.run)
+
+
+COMMANDS = [add_handoff, add_transfer, add_dataset, add_video]
 
 
 def main(argv: list[str] | None = None) -> int:

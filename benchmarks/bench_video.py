@@ -1,0 +1,328 @@
+"""Multi-stream video: edgeload's StreamLoader vs the recipes people use instead.
+
+Throughput workload: 4 x 1280x720 H.264 files (``--seconds`` long at 30 fps, made once
+with ffmpeg/libx264 into ``--cache``) -> 640x640 batches of 4, read to the end.  Each
+mode runs in its own fresh process, so the peak PSS of its process tree (sampled from
+outside) is its own:
+
+- ``edgeload``: ``StreamLoader(files, size=(640, 640), batch=4)``, the plan's threads.
+- ``plain``: one loop, ``cap.read()`` from each file in turn, resize, ``np.stack``.
+- ``threads``: one reader thread per file feeding a ``queue.Queue(8)``; the main
+  thread resizes and stacks (the Ultralytics ``LoadStreams`` / vidgear shape).
+- ``torch-0`` / ``torch-2``: ``torch.utils.data.DataLoader`` over an IterableDataset
+  that decodes and resizes (files split over workers), batch_size=4.
+- ``ceiling``: each file decoded and resized in its own thread into a fixed buffer,
+  one FFmpeg and one cv2 thread each, no hand-off: the most this box can decode.
+
+Live latency: 4 x 640x360 files replayed at 30 fps, a consumer taking 100 ms per
+batch, ``--latency-seconds``: frame age p50/p99 for edgeload ``latest`` and for the
+thread-per-stream FIFO (``queue.Queue(128)``; a frame's capture time is when the
+camera would have produced it).
+
+Run: ``python scripts/bench.py video [--repeats 3] [--out r.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
+LATENCY = ("latency-edgeload", "latency-fifo")
+OUT = (640, 640)
+_TIMEOUT_S = 600
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (shared with ``scripts/bench.py video``)."""
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per mode (median)")
+    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + LATENCY,
+                        default=list(THROUGHPUT + LATENCY))  # fmt: skip
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
+    parser.add_argument("--out", help="write the results as JSON here")
+
+
+def make_clips(directory: Path, *, size: tuple[int, int], seconds: float) -> list[Path]:
+    """Four H.264 clips of ``size`` (made once); different content so decode differs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, pattern in enumerate(("testsrc2", "smptehdbars", "mandelbrot", "life")):
+        path = directory / f"cam{i}-{size[0]}x{size[1]}-{seconds:g}s.mp4"
+        if not path.exists():
+            src = f"{pattern}=size={size[0]}x{size[1]}:rate=30"
+            if pattern == "life":
+                src = f"life=size={size[0]}x{size[1]}:rate=30:mold=10:ratio=0.1:death_color=#C83232"
+            subprocess.run(
+                ["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", src, "-t", f"{seconds}",
+                 "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "60",
+                 str(path)],
+                check=True, timeout=_TIMEOUT_S,
+            )  # fmt: skip
+        paths.append(path)
+    return paths
+
+
+# --- throughput modes (run in a child process) ---------------------------------------
+
+
+def _edgeload(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
+    from edgeload.video import StreamLoader, VideoSource
+
+    live = latency > 0
+    sources = [VideoSource(p, realtime=live, loop=live) for p in paths]
+    frames, ages, start = 0, [], time.monotonic()
+    with StreamLoader(sources, size=OUT, batch=4) as loader:
+        for batch in loader:
+            frames += int(batch.valid.sum())
+            if live:
+                time.sleep(0.1)  # the model
+                if time.monotonic() - start > 2:  # after warm-up
+                    ages += [m.age_ms for m in batch.meta if m is not None]
+                if time.monotonic() - start > latency:
+                    break
+        drops = loader.stats()["drops"]
+    return {"frames": frames, "seconds": time.monotonic() - start, "ages": ages, "drops": drops}
+
+
+def _plain(paths: list[str]) -> dict[str, Any]:
+    import cv2
+    import numpy as np
+    import torch
+
+    caps = [cv2.VideoCapture(p) for p in paths]
+    frames, start = 0, time.monotonic()
+    while True:
+        got = []
+        for cap in caps:
+            ok, frame = cap.read()
+            if ok:
+                got.append(cv2.resize(frame, OUT))
+        if not got:
+            break
+        frames += torch.from_numpy(np.stack(got)).shape[0]
+    return {"frames": frames, "seconds": time.monotonic() - start}
+
+
+def _reader_threads(paths: list[str], maxsize: int, pace: bool) -> tuple[list[Any], Any]:
+    import queue
+    import threading
+
+    import cv2
+
+    queues: list[queue.Queue[Any]] = [queue.Queue(maxsize) for _ in paths]
+    t0 = time.monotonic() + 0.5
+
+    def read(path: str, q: queue.Queue[Any]) -> None:
+        cap = cv2.VideoCapture(path)
+        n = 0
+        while True:
+            if pace:
+                time.sleep(max(0.0, t0 + n / 30 - time.monotonic()))
+            ok, frame = cap.read()
+            if not ok:
+                if pace:  # loop like a camera that never ends
+                    cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                    continue
+                q.put(None)
+                return
+            q.put((frame, t0 + n / 30))
+            n += 1
+
+    for p, q in zip(paths, queues, strict=True):
+        threading.Thread(target=read, args=(p, q), daemon=True).start()
+    return queues, t0
+
+
+def _threads(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
+    import cv2
+    import numpy as np
+    import torch
+
+    queues, _ = _reader_threads(paths, 128 if latency else 8, pace=latency > 0)
+    frames, ages, start = 0, [], time.monotonic()
+    live = [True] * len(queues)
+    while any(live):
+        got, captured = [], []
+        for i, q in enumerate(queues):
+            if live[i]:
+                item = q.get(timeout=60)
+                if item is None:
+                    live[i] = False
+                    continue
+                got.append(cv2.resize(item[0], OUT))
+                captured.append(item[1])
+        if not got:
+            break
+        frames += torch.from_numpy(np.stack(got)).shape[0]
+        if latency:
+            time.sleep(0.1)
+            now = time.monotonic()
+            if now - start > 2:
+                ages += [(now - c) * 1000 for c in captured]
+            if now - start > latency:
+                break
+    return {"frames": frames, "seconds": time.monotonic() - start, "ages": ages, "drops": 0}
+
+
+def _torch(paths: list[str], workers: int) -> dict[str, Any]:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+    class Frames(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            import cv2
+
+            info = get_worker_info()
+            mine = paths if info is None else paths[info.id :: info.num_workers]
+            caps = [cv2.VideoCapture(p) for p in mine]
+            while caps:
+                for cap in list(caps):
+                    ok, frame = cap.read()
+                    if not ok:
+                        caps.remove(cap)
+                        continue
+                    yield torch.from_numpy(cv2.resize(frame, OUT))
+
+    frames, start = 0, time.monotonic()
+    for batch in DataLoader(Frames(), batch_size=4, num_workers=workers):
+        frames += batch.shape[0]
+    return {"frames": frames, "seconds": time.monotonic() - start}
+
+
+def _ceiling(paths: list[str]) -> dict[str, Any]:
+    import threading
+
+    import cv2
+    import numpy as np
+
+    cv2.setNumThreads(1)
+    counts = [0] * len(paths)
+
+    def run(i: int, path: str) -> None:
+        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [cv2.CAP_PROP_N_THREADS, 1])
+        ok, buf = cap.read()
+        out = np.empty((OUT[1], OUT[0], 3), np.uint8)
+        while ok:
+            cv2.resize(buf, OUT, dst=out)
+            counts[i] += 1
+            ok, _ = cap.read(image=buf)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(paths)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(_TIMEOUT_S)
+    return {"frames": sum(counts), "seconds": time.monotonic() - start}
+
+
+def _child(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
+    if mode == "edgeload":
+        return _edgeload(paths)
+    if mode == "plain":
+        return _plain(paths)
+    if mode == "threads":
+        return _threads(paths)
+    if mode.startswith("torch-"):
+        return _torch(paths, int(mode.split("-")[1]))
+    if mode == "ceiling":
+        return _ceiling(paths)
+    if mode == "latency-edgeload":
+        return _edgeload(paths, latency)
+    return _threads(paths, latency)
+
+
+# --- the parent: run each mode alone, sample its memory, summarise -----------------
+
+
+def _run_child(mode: str, paths: list[Path], latency: float) -> dict[str, Any]:
+    from edgeload.measure import PeakPss
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
+           "--latency-seconds", str(latency), *map(str, paths)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    with PeakPss(proc.pid) as mem:
+        out, _ = proc.communicate(timeout=_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} failed with exit code {proc.returncode}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["peak_pss_mib"] = mem.peak_bytes / 2**20
+    return result
+
+
+def _pct(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen modes, print the tables, optionally save JSON."""
+    hd = make_clips(args.cache, size=(1280, 720), seconds=args.seconds)
+    small = make_clips(args.cache, size=(640, 360), seconds=4.0)
+    report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
+                              "-> 640x640 batches of 4", "cpus": os.cpu_count(), "modes": {}}  # fmt: skip
+    chosen = [m for m in args.modes if m in THROUGHPUT]
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in chosen}
+    for _ in range(args.repeats):  # interleaved, so load drifting on a shared box hits all
+        for mode in chosen:
+            runs[mode].append(_run_child(mode, hd, 0.0))
+            r = runs[mode][-1]
+            print(f"{mode:>10}: {r['frames'] / r['seconds']:7.1f} frames/s  peak PSS "
+                  f"{r['peak_pss_mib']:6.0f} MiB", flush=True)  # fmt: skip
+    for mode in chosen:
+        fps = [r["frames"] / r["seconds"] for r in runs[mode]]
+        report["modes"][mode] = {
+            "frames": runs[mode][0]["frames"],
+            "fps": statistics.median(fps),
+            "fps_runs": [round(f, 1) for f in fps],
+            "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in runs[mode]),
+        }
+    modes = report["modes"]
+    if "ceiling" in modes:
+        for m in modes.values():
+            m["vs_ceiling"] = m["fps"] / modes["ceiling"]["fps"]
+    if "edgeload" in modes:
+        for peer in ("threads", "plain", "torch-0", "torch-2"):
+            if peer in modes:
+                modes["edgeload"][f"vs_{peer}"] = modes["edgeload"]["fps"] / modes[peer]["fps"]
+    for mode in [m for m in args.modes if m in LATENCY]:
+        r = _run_child(mode, small, args.latency_seconds)
+        report["modes"][mode] = {
+            "age_p50_ms": _pct(r["ages"], 50), "age_p99_ms": _pct(r["ages"], 99),
+            "age_max_ms": max(r["ages"], default=float("nan")), "drops": r["drops"],
+            "frames": r["frames"], "peak_pss_mib": r["peak_pss_mib"],
+        }  # fmt: skip
+        m = report["modes"][mode]
+        print(f"{mode:>17}: age p50 {m['age_p50_ms']:8.1f} ms  p99 {m['age_p99_ms']:8.1f} ms  "
+              f"drops {m['drops']}  PSS {m['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
+    print(json.dumps(report, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.child:
+        result = _child(args.child, args.paths, args.latency_seconds)
+        print(json.dumps(result))
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
