@@ -39,6 +39,7 @@ class ThreadBackend:
         self.results: queue.Queue[Message] = queue.Queue()
         self.inboxes: list[queue.Queue[Any]] = [queue.Queue() for _ in infos]
         self.stop = threading.Event()
+        self.dead_wid = -1
         self.threads = [
             threading.Thread(
                 target=self._run,
@@ -81,7 +82,18 @@ class ThreadBackend:
         try:
             return self.results.get(timeout=max(timeout_s, 0.0))
         except queue.Empty:
-            return None
+            pass
+        for wid, thread in enumerate(self.threads):
+            # A worker thread ends early only when its init_fn failed (already reported);
+            # its queued tasks would otherwise wait forever.
+            if not thread.is_alive() and not self.stop.is_set():
+                self.dead_wid = wid
+                raise WorkerError(
+                    f"worker thread {thread.name} has ended (its init_fn failed); its "
+                    "pending items are lost",
+                    worker=thread.name,
+                )
+        return None
 
     def describe(self, wid: int) -> str:
         return self.threads[wid].name
@@ -186,6 +198,8 @@ class ProcessBackend:
             "a SIGKILL nobody sent is usually the kernel's OOM killer: use fewer workers "
             "or a smaller prefetch budget"
             if proc.exitcode == -signal.SIGKILL
+            else "its init_fn failed (reported before) or fn exited the process"
+            if proc.exitcode == 0
             else "its stderr above may say why"
         )
         self.dead = WorkerError(

@@ -122,10 +122,16 @@ def test_an_unpicklable_exception_still_arrives_as_text():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_init_fn_failure_is_reported(kind):
-    with WorkerPool(square, kind=kind, init_fn=bad_init) as pool:
+    with WorkerPool(square, kind=kind, init_fn=bad_init, timeout_s=10) as pool:
         pool.submit(1)
         with pytest.raises(WorkerError, match="init_fn raised RuntimeError: cannot open shard 0"):
-            pool.get(timeout_s=10)
+            pool.get()
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=r"ended|exited") as info:  # not a hang
+            pool.submit(2)
+            pool.get()
+        assert time.monotonic() - t0 < 3.0
+        assert info.value.index == 0  # never run: lost with the worker
 
 
 def test_sigkill_of_a_worker_process_is_reported_with_pid_and_signal_at_once():
