@@ -87,6 +87,8 @@ def format_table(result: TuneResult) -> str:
         row = [f"{mark}{t.index}", *(_value(k, t.config.get(k)) for k in knobs), *nums]
         if t.status != "ok":
             row.append(t.status)
+        elif t.recheck_of is not None:
+            row.append(f"recheck of {t.recheck_of}")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(len(head))]
     lines = [

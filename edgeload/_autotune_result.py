@@ -28,6 +28,8 @@ class Trial:
     measurement: Measurement | None = None
     score: float | None = None
     """Items/s (throughput) or 1000 / p99 latency in ms (latency); None when rejected."""
+    recheck_of: int | None = None
+    """For a second measurement of an earlier trial's configuration: that trial's index."""
 
 
 @dataclass
@@ -112,6 +114,7 @@ class TuneResult:
                     "config": dict(t.config),
                     "status": t.status,
                     "score": t.score,
+                    "recheck_of": t.recheck_of,
                     **(vars(t.measurement) if t.measurement else {}),
                 }
                 for t in self.trials
@@ -119,34 +122,56 @@ class TuneResult:
         }
 
 
+def _groups(result: TuneResult) -> dict[int, list[Trial]]:
+    """Trials by the first trial of their configuration (rechecks join their original)."""
+    groups: dict[int, list[Trial]] = {}
+    for t in result.trials:
+        groups.setdefault(t.index if t.recheck_of is None else t.recheck_of, []).append(t)
+    return groups
+
+
+def group_score(trials: list[Trial]) -> tuple[float, int] | None:
+    """Mean score and highest peak PSS of one configuration's trials; None if any failed."""
+    if any(t.score is None or t.measurement is None for t in trials):
+        return None
+    scores = [t.score for t in trials if t.score is not None]
+    peak = max(t.measurement.peak_pss_bytes for t in trials if t.measurement is not None)
+    return sum(scores) / len(scores), peak
+
+
 def choose_winner(result: TuneResult, min_gain: float) -> None:
-    """Set ``result.winner`` and ``result.reason`` from its trials."""
-    ok = [(t.index, t.score, t.measurement.peak_pss_bytes) for t in result.trials
-          if t.score is not None and t.measurement is not None]  # fmt: skip
+    """Set ``result.winner`` and ``result.reason`` from its trials (rechecks averaged)."""
+    groups = _groups(result)
+    ok = []
+    for index, trials in groups.items():
+        got = group_score(trials)
+        if got is not None:
+            ok.append((index, got[0], got[1]))
     picked = pick_winner(ok, min_gain=min_gain)
     if picked is None:
         result.reason = "no trial finished within the memory ceiling"
         return
     result.winner, for_memory = picked
-    best = result.trials[result.winner]
-    assert best.measurement is not None and best.score is not None
+    score, peak = next((c[1], c[2]) for c in ok if c[0] == result.winner)
+    runs = len(groups[result.winner])
     unit = "items/s" if result.objective == "throughput" else "/s (1000 / p99 ms)"
+    unit += f", mean of {runs} runs" if runs > 1 else ""
     top = max(ok, key=lambda c: c[1])
-    first = result.trials[0]
+    plan = next((c for c in ok if c[0] == 0), None)
     vs_plan = ""
-    if first.score and result.winner != 0:
-        vs_plan = f"; {best.score / first.score - 1:+.0%} vs the untuned plan (trial 0)"
-    elif result.winner == 0:
+    if result.winner == 0:
         vs_plan = "; the untuned plan was already best"
+    elif plan is not None:
+        vs_plan = f"; {score / plan[1] - 1:+.0%} vs the untuned plan (trial 0)"
     if for_memory:
         result.reason = (
-            f"within {min_gain:.0%} of the best score ({best.score:.1f} vs {top[1]:.1f} {unit}) "
-            f"with {_mib(top[2] - best.measurement.peak_pss_bytes)} less peak memory{vs_plan}"
+            f"within {min_gain:.0%} of the best score ({score:.1f} vs {top[1]:.1f} {unit}) "
+            f"with {_mib(top[2] - peak)} less peak memory{vs_plan}"
         )
     else:
         result.reason = (
-            f"highest {result.objective} score, {best.score:.1f} {unit}, at "
-            f"{_mib(best.measurement.peak_pss_bytes)} peak PSS{vs_plan}"
+            f"highest {result.objective} score, {score:.1f} {unit}, at {_mib(peak)} "
+            f"peak PSS{vs_plan}"
         )
 
 

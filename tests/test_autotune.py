@@ -220,7 +220,10 @@ def test_video_autotune_writes_a_profile_that_changes_the_next_plan(
 def test_latency_objective_through_the_library(small_clip, config_home):
     result = autotune(VideoWorkload([str(small_clip)], size=(64, 48)), objective="latency",
                       trial_seconds=0.3, warmup_seconds=0.1, budget_seconds=10, max_trials=3)  # fmt: skip
-    assert 1 <= len(result.trials) <= 3 and result.best is not None
+    searched = [t for t in result.trials if t.recheck_of is None]
+    assert 1 <= len(searched) <= 3 and result.best is not None
+    for t in result.trials:  # a recheck repeats an earlier search trial's configuration
+        assert t.recheck_of is None or t.config == result.trials[t.recheck_of].config
     m = result.best.measurement
     assert m is not None and 0 < m.latency_p50_ms <= m.latency_p99_ms
     assert result.best.score == pytest.approx(1000.0 / m.latency_p99_ms)
