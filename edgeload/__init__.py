@@ -22,9 +22,11 @@ from .probe import Platform, probe
 from .profile import Profile, load_profile
 from .state import load_state, save_state
 from .transfer import DeviceCopier
+from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
 from .workers import WorkerPool
 
 __all__ = [
+    "Batch",
     "ClosedError",
     "CudaDevice",
     "CudaStatus",
@@ -32,6 +34,7 @@ __all__ = [
     "DatasetWorkload",
     "DeviceCopier",
     "EdgeloadError",
+    "FrameMeta",
     "MissingDependency",
     "Plan",
     "Platform",
@@ -41,8 +44,11 @@ __all__ = [
     "ProfileError",
     "SlotPool",
     "SourceError",
+    "SourceState",
+    "StreamLoader",
     "Threads",
     "TuneResult",
+    "VideoSource",
     "VideoWorkload",
     "WorkerError",
     "WorkerPool",
