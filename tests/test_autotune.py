@@ -326,3 +326,35 @@ def test_help_lists_the_options(capsys):
     for flag in ("--video", "--dataset", "--max-memory", "--budget-seconds", "--objective",
                  "--output", "--system", "--json", "--plot", "--write-partial"):  # fmt: skip
         assert flag in out
+
+
+def _two_trials():
+    from edgeload._autotune_workloads import Measurement
+
+    slow = Measurement(100, 1.0, 100.0, 1.0, 2.0, 200 << 20, 90.0)
+    fast = Measurement(150, 1.0, 150.0, 1.0, 2.0, 260 << 20, 95.0)
+    return TuneResult("test", "throughput", 1 << 30,
+                      [Trial(0, {"num_workers": 1}, "ok", slow, 100.0),
+                       Trial(1, {"num_workers": 2}, "ok", fast, 150.0)],
+                      winner=1, reason="faster")  # fmt: skip
+
+
+def test_plot_is_a_png_of_every_trial(tmp_path):
+    pytest.importorskip("matplotlib")
+    from edgeload._autotune_report import save_plot
+
+    path = save_plot(_two_trials(), tmp_path / "plots" / "trials.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 5000
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path, monkeypatch, capsys, small_clip):
+    from edgeload._autotune_report import save_plot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an absent package does
+    with pytest.raises(ImportError, match=r"edgeload\[plot\]"):
+        save_plot(_two_trials(), tmp_path / "t.png")
+    rc = cli.main(["autotune", "--video", str(small_clip), "--plot", str(tmp_path / "t.png")])
+    assert rc == 2  # refused before any trial
+    err = capsys.readouterr().err
+    assert "edgeload[plot]" in err and "trial 0" not in err
