@@ -209,7 +209,8 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
         }
     torch_modes = [m for m in modes if m.startswith("torch")]
     best = max(torch_modes, key=lambda m: modes[m]["images_per_s"], default=None)
-    report: dict[str, Any] = {"workload": vars(args) | {"cpus": os.cpu_count()}, "modes": modes}
+    workload = {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, tuple))}
+    report: dict[str, Any] = {"workload": workload | {"cpus": os.cpu_count()}, "modes": modes}
     if "edgeload" in modes and best is not None:
         report["best_torch"] = best
         report["speed_vs_best_torch"] = (

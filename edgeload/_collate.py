@@ -33,6 +33,8 @@ class _Leaf:
     dtype: str
     offset: int
     """Byte offset of the leaf's ``(batch, *shape)`` region in the slot."""
+    kind: str
+    """What the sample held here: ``int``, ``float``, ``bool``, ``ndarray`` or ``tensor``."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class SlotLayout:
     """Where each leaf of a batch of ``batch_size`` samples lives in one slot.
 
     ``tree`` mirrors the sample: a :class:`_Leaf`, or a ``("dict", keys, children)``,
-    ``("list", children)`` node.  It is plain data, so it pickles to process workers.
+    ``("list", children, "list" | "tuple")`` node.  It is plain data, so it pickles to process workers.
     """
 
     batch_size: int
@@ -48,12 +50,12 @@ class SlotLayout:
     nbytes: int
 
 
-def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any], str] | None:
     torch = require_torch()
     if type(value) in _NUMBER_DTYPES:
-        return (), _NUMBER_DTYPES[type(value)]
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return tuple(value.shape), value.dtype
+        return (), _NUMBER_DTYPES[type(value)], type(value).__name__
+    if type(value) is np.ndarray and value.dtype.kind in "biuf":
+        return tuple(value.shape), value.dtype, "ndarray"
     if (
         isinstance(value, torch.Tensor)
         and value.layout == torch.strided
@@ -61,7 +63,8 @@ def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
         and not value.requires_grad
         and value.dtype not in (torch.bfloat16, torch.complex64, torch.complex128)
     ):
-        return tuple(value.shape), torch.empty((), dtype=value.dtype).numpy().dtype
+        dtype = torch.empty((), dtype=value.dtype).numpy().dtype
+        return tuple(value.shape), dtype, "tensor"
     return None
 
 
@@ -76,12 +79,12 @@ def plan_layout(sample: Any, batch_size: int) -> SlotLayout | None:
                 raise _Unsuited
             return ("dict", tuple(value), tuple(walk(v) for v in value.values()))
         if type(value) in (tuple, list):
-            return ("list", tuple(walk(v) for v in value))
+            return ("list", tuple(walk(v) for v in value), type(value).__name__)
         info = _leaf_info(value)
         if info is None:
             raise _Unsuited
-        shape, dtype = info
-        leaf = _Leaf(shape, dtype.str, offset)
+        shape, dtype, kind = info
+        leaf = _Leaf(shape, dtype.str, offset, kind)
         size = batch_size * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         offset += -(-size // _ALIGN) * _ALIGN
         return leaf
@@ -117,7 +120,7 @@ def _view_node(node: Any, batch: int, buf: np.ndarray, rows: int) -> Any:
 def _put(node: Any, view: Any, value: Any, row: int) -> None:
     if isinstance(node, _Leaf):
         info = _leaf_info(value)
-        if info is None or info[0] != node.shape or info[1].str != node.dtype:
+        if info is None or (info[0], info[1].str, info[2]) != (node.shape, node.dtype, node.kind):
             raise _Unsuited
         view[row] = value.numpy() if hasattr(value, "numpy") else value
         return
@@ -144,6 +147,39 @@ def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -
     except _Unsuited:
         return False
     return True
+
+
+def batch_views(layout: SlotLayout, buf: np.ndarray) -> Any:
+    """Writable views of every leaf of a full batch in ``buf``, for :func:`put_row`."""
+    return _views(layout, buf, layout.batch_size)
+
+
+def put_row(layout: SlotLayout, views: Any, sample: Any, row: int) -> bool:
+    """Copy one sample into row ``row``; False (row untouched or partial) if it differs."""
+    try:
+        _put(layout.tree, views, sample, row)
+    except _Unsuited:
+        return False
+    return True
+
+
+def read_row(layout: SlotLayout, buf: np.ndarray, row: int) -> Any:
+    """Sample ``row`` rebuilt from ``buf``: the same structure, types and values."""
+    return _rebuild(require_torch(), layout.tree, _views(layout, buf, row + 1), row)
+
+
+def _rebuild(torch: Any, node: Any, view: Any, row: int) -> Any:
+    if isinstance(node, _Leaf):
+        value = view[row]
+        if node.kind == "ndarray":
+            return np.array(value)
+        if node.kind == "tensor":
+            return torch.from_numpy(np.array(value))
+        return {"int": int, "float": float, "bool": bool}[node.kind](value)
+    if node[0] == "dict":
+        return {k: _rebuild(torch, c, view[k], row) for k, c in zip(node[1], node[2], strict=True)}
+    items = [_rebuild(torch, c, view[i], row) for i, c in enumerate(node[1])]
+    return tuple(items) if node[2] == "tuple" else items
 
 
 def read_batch(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:

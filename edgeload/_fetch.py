@@ -81,6 +81,8 @@ class Result:
     """Iterable datasets: samples this worker has drawn so far."""
     error: tuple[Any, str, str] | None = None
     """(index, message, traceback) when loading raised and errors are not skipped."""
+    empty: bool = False
+    """Every sample of the batch was skipped: nothing to yield."""
     exc: BaseException | None = None
     """The exception itself, when it can travel (it pickles, or this is a thread)."""
 
@@ -141,8 +143,14 @@ class Fetcher:
         """Produce the result of ``task``; loading errors travel inside the result."""
         result = Result(task.position, self.worker_id)
         try:
-            samples = self._read(task, result)
-            if samples is not None:
+            layout = self._streaming_layout(task)
+            if layout is not None:
+                samples = self._read_streaming(task, result, layout)
+            else:
+                samples = self._read(task, result)
+            if samples == [] and not result.ended:
+                result.empty = True  # every sample of the batch was skipped
+            elif samples is not None:
                 try:
                     self._collate(task, samples, result)
                 except Exception as exc:
@@ -156,12 +164,65 @@ class Fetcher:
         result.rng = None if self.info is None else snapshot_rng(self.info)
         return result
 
+    def _streaming_layout(self, task: Task) -> _collate.SlotLayout | None:
+        """The layout to write samples into as they are read, if this task can."""
+        spec = self.spec
+        layout = task.layout or self._layout
+        if (
+            layout is None
+            or spec.iterable
+            or not spec.auto_collation
+            or spec.collate_fn is not None
+            or (getattr(spec.dataset, "__getitems__", None) and not spec.skip_errors)
+            or len(task.index) > layout.batch_size
+        ):
+            return None
+        return layout
+
+    def _read_streaming(
+        self, task: Task, result: Result, layout: _collate.SlotLayout
+    ) -> list[Any] | None:
+        """Read samples straight into the slot (or fresh memory): no list of samples.
+
+        Returns None when the batch is complete in memory (``result.rows`` for a slot,
+        ``result.data`` otherwise), or the samples for ``default_collate`` when one does
+        not fit the layout (the rows written so far are rebuilt as they were).
+        """
+        if task.slot is None:
+            buf = np.empty(layout.nbytes, np.uint8)
+        elif isinstance(task.slot, np.ndarray):
+            buf = task.slot
+        else:
+            buf = _attach(task.slot)
+        views = _collate.batch_views(layout, buf)
+        rows = 0
+        fallback: list[Any] | None = None
+        for index in task.index:
+            sample = self._one(index, result)
+            if sample is _SKIPPED:
+                continue
+            if fallback is None:
+                if _collate.put_row(layout, views, sample, rows):
+                    rows += 1
+                    continue
+                fallback = [_collate.read_row(layout, buf, r) for r in range(rows)]
+            fallback.append(sample)
+        del views
+        if fallback is not None or rows == 0:
+            return fallback or []
+        if task.slot is not None:
+            result.rows = rows
+        else:
+            result.data = _collate.read_batch(layout, buf, rows)
+        return None
+
     def _read(self, task: Task, result: Result) -> list[Any] | None:
         spec = self.spec
         if spec.iterable:
             return self._read_iterable(task, result)
         if not spec.auto_collation:
-            return [self._one(task.index, result)]
+            sample = self._one(task.index, result)
+            return [] if sample is _SKIPPED else [sample]
         getitems = getattr(spec.dataset, "__getitems__", None)
         if getitems and not spec.skip_errors:
             try:
@@ -216,21 +277,14 @@ class Fetcher:
         if spec.collate_fn is not None:
             result.data = spec.collate_fn(samples)
             return
-        layout = task.layout or self._layout
-        if layout is None and self._suggest_layout and isinstance(task.index, list):
+        if self._layout is None and self._suggest_layout and isinstance(task.index, list):
             # The first batch decides whether samples are fixed-size; the loader makes
             # its slot pool from the layout this sends back.
             layout = result.layout = _collate.plan_layout(samples[0], len(task.index))
             self._layout, self._suggest_layout = layout, False
-        if layout is not None and len(samples) <= layout.batch_size:
-            if task.slot is not None:
-                buf = task.slot if isinstance(task.slot, np.ndarray) else _attach(task.slot)
-                if _collate.write_samples(layout, buf, samples):
-                    result.rows = len(samples)
-                    return
-            else:
-                # No slot free: the same layout in fresh memory, still without torch.stack
-                # (whose thread pool stalls when the cores are busy with decoding).
+            if layout is not None and len(samples) <= layout.batch_size:
+                # Fresh memory in the same layout, without torch.stack (whose thread
+                # pool stalls when the cores are busy decoding).
                 buf = np.empty(layout.nbytes, np.uint8)
                 if _collate.write_samples(layout, buf, samples):
                     result.data = _collate.read_batch(layout, buf, len(samples))

@@ -201,6 +201,10 @@ class EpochIterator(Iterator[Any]):
         for index, message in result.skipped:
             self.skipped += 1
             loader._count_skip(index, message, epoch_skips=self.skipped)
+        if result.empty:
+            loader._slots.release(slot)
+            self._mark_yielded(result.position)
+            return _NOTHING
         if result.layout is not None:
             loader._slots.offer_layout(result.layout)
         batch = loader._slots.finish(slot, result)

@@ -50,13 +50,14 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
         if not torch.cuda.is_available():
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
-    in_flight = (loader.prefetch_factor or 2) * max(1, count)
+    # One slot per task in flight (see DataLoader._max_in_flight) plus the user's batch.
+    in_flight = loader.prefetch_factor * count if loader.prefetch_factor else count + 1
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
         plan=plan,
         num_workers=count,
         worker_kind="main" if count == 0 else str(kind),
         pin_memory=bool(pin),
-        slot_count=max(plan.slot_count, in_flight + 2),
+        slot_count=max(2, in_flight + 1),
         prefetch_bytes=int(plan.prefetch_bytes) or None,
     )

@@ -51,6 +51,17 @@ class VarDS(Dataset):
         return list(range(i % 5))
 
 
+class MixedDS(Dataset):
+    """Mostly numpy samples, but every 7th is a tensor: the slot layout must give way."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        x = np.arange(4, dtype=np.float32) * i
+        return (torch.from_numpy(x) if i % 7 == 3 else x), {"i": i}
+
+
 class StrDS(Dataset):
     def __len__(self):
         return N
@@ -151,6 +162,7 @@ CASES = [
     pytest.param(TupleDS, {"batch_size": 5, "drop_last": True}, id="tuple-drop-last"),
     pytest.param(TupleDS, {"batch_size": 4, "shuffle": True}, id="global-rng-shuffle"),
     pytest.param(StrDS, {"batch_size": 3}, id="strings"),
+    pytest.param(MixedDS, {"batch_size": 4}, id="mixed-kinds"),
     pytest.param(VarDS, {"batch_size": 4, "collate_fn": pair_collate}, id="custom-collate"),
     pytest.param(DictDS, {"batch_size": None}, id="no-batching"),
     pytest.param(TupleDS, {"batch_size": 1, "shuffle": True, "seeded": True}, id="batch-1"),

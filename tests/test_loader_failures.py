@@ -90,6 +90,12 @@ def test_skip_drops_bad_samples_and_counts_them(mode):
         assert [index for index, _ in stats["skipped"]] == sorted(BAD)
 
 
+def test_a_batch_whose_samples_all_fail_is_left_out():
+    with DataLoader(FlakyDS(), batch_size=1, on_error="skip", max_skips=5) as loader:
+        got = [int(b[0, 0]) for b in loader]
+    assert got == [i for i in range(N) if i not in BAD]
+
+
 def test_more_skips_than_allowed_raises():
     loader = DataLoader(FlakyDS(), batch_size=4, on_error="skip", max_skips=1)
     with loader, pytest.raises(WorkerError, match=r"sample 17 .*max_skips=1") as info:
