@@ -206,8 +206,8 @@ def tune(kind: str, budget: float, trial: float, clips: list[str], out: Path) ->
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmark's options (also ``scripts/bench.py autotune``)."""
     p.add_argument("--budget", type=float, default=90.0, help="autotune budget per workload, s")
     p.add_argument("--trial", type=float, default=2.0, help="autotune trial length, s")
     p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
@@ -216,7 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
     p.add_argument("--clips", nargs="*", default=[], help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune each workload, then measure every contender; print the table."""
     if args.child:
         kind, name = args.child
         got = (child_dataset(name, args.seconds) if kind == "dataset"

@@ -89,7 +89,18 @@ def add_video(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=bench_video.run)
 
 
-COMMANDS = [add_handoff, add_transfer, add_dataset, add_video]
+def add_autotune(subparsers: argparse._SubParsersAction) -> None:
+    from benchmarks import bench_autotune
+
+    p = subparsers.add_parser(
+        "autotune",
+        help="autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",
+    )
+    bench_autotune.add_arguments(p)
+    p.set_defaults(func=bench_autotune.run)
+
+
+COMMANDS = [add_handoff, add_transfer, add_dataset, add_video, add_autotune]
 
 
 def main(argv: list[str] | None = None) -> int:
