@@ -1,6 +1,7 @@
 """Live and recorded video into fixed-size batches: sources, streams, the demo."""
 
+from .batch import Batch, FrameMeta
 from .source import FrameInfo, SourceState, VideoSource
-from .streams import Batch, FrameMeta, StreamLoader
+from .streams import StreamLoader
 
 __all__ = ["Batch", "FrameInfo", "FrameMeta", "SourceState", "StreamLoader", "VideoSource"]

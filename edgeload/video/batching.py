@@ -15,6 +15,7 @@ the next batch (back-pressure down to the reader, and so to the file).
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -28,6 +29,9 @@ from ..buffers import Slot, SlotPool
 from ..errors import ClosedError
 from ..prefetch import Prefetcher
 from .source import FrameInfo
+
+MAX_OPEN = 3
+"""Most batches open at once (``every`` streams fill ahead up to this)."""
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Assembler:
         deadline_s: ship a partial batch this long after its first frame.
         prefetcher: where shipped batches go.
         active: returns the ids of streams still delivering, in place order.
+        tick: called by the mux thread at least every poll interval (the watchdog).
     """
 
     def __init__(
@@ -86,15 +91,19 @@ class Assembler:
         deadline_s: float,
         prefetcher: Prefetcher[Sealed],
         active: Callable[[], list[int]],
+        tick: Callable[[], None] = lambda: None,
     ) -> None:
         self._make_pool = make_pool
         self._fixed = batch
         self.deadline_s = deadline_s
         self._prefetch = prefetcher
         self._active = active
+        self._tick = tick
         self._cond = threading.Condition(threading.Lock())
         self._stop = threading.Event()
-        self._open: _Open | None = None
+        # Open batches in shipping order. ``every`` streams may run ahead into later
+        # ones, so one stream's slow frame does not idle the others' decode threads.
+        self._opens: collections.deque[_Open] = collections.deque()
         self._pools: dict[int, SlotPool] = {}
         self._places: dict[int, int] = {}  # stream id -> place (one place per stream)
         self.slot_misses = 0  # latest frames dropped because no slot was free
@@ -145,30 +154,45 @@ class Assembler:
     def claim(self, stream_id: int, *, latest: bool) -> tuple[_Open, int] | None:
         """Reserve a place for a frame of ``stream_id``: ``(batch, place)``, or None to drop it.
 
-        ``latest`` never waits; ``every`` waits (checking the stop flag) for room.
+        ``latest`` takes a free place in the newest open batch, else overwrites its own
+        frame there (never waits); ``every`` takes the first free place in any open
+        batch, opens another (up to ``MAX_OPEN``), or waits for room.
         """
         with self._cond:
             while not self._stop.is_set():
-                batch = self._open
-                if batch is None or batch.sealing:
-                    # Waits re-check from the top: another stream may open a batch meanwhile.
-                    fresh = None if batch is not None and not latest else self._new_open()
-                    if fresh is None:
-                        if latest:
-                            self.slot_misses += 1
-                            return None
-                        self._cond.wait(POLL_INTERVAL_S)
+                found = self._find(stream_id, latest)
+                if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
+                        not latest or self._opens[-1].sealing))):  # fmt: skip
+                    fresh = self._new_open()
+                    if fresh is not None:
+                        self._opens.append(fresh)
+                        self._cond.notify_all()
                         continue
-                    self._open = batch = fresh
-                place = self._place(batch, stream_id, latest)
-                if place is not None:
+                if found is not None:
+                    batch, place = found
                     batch.meta.valid[place] = False
                     batch.meta.stream_id[place] = stream_id
                     batch.writing += 1
                     return batch, place
                 if latest:
+                    self.slot_misses += 1
                     return None
                 self._cond.wait(POLL_INTERVAL_S)
+        return None
+
+    def _find(self, stream_id: int, latest: bool) -> tuple[_Open, int] | None:
+        """Where a frame of ``stream_id`` goes now, or None (cond held)."""
+        if latest:
+            batch = self._opens[-1] if self._opens else None
+            if batch is None or batch.sealing:
+                return None
+            place = self._place(batch, stream_id, latest=True)
+            return None if place is None else (batch, place)
+        for batch in self._opens:
+            if not batch.sealing:
+                place = self._place(batch, stream_id, latest=False)
+                if place is not None:
+                    return batch, place
         return None
 
     def commit(self, batch: _Open, place: int, info: FrameInfo | None) -> None:
@@ -197,11 +221,12 @@ class Assembler:
         self._stop.set()
 
     def run(self) -> None:
-        """The mux loop: ship full batches at once and partial ones at the deadline."""
+        """The mux loop: ship the oldest batch when full, or partial at its deadline."""
         while not self._stop.is_set():
+            self._tick()
             with self._cond:
-                batch = self._open
                 done = not self._active()
+                batch = self._opens[0] if self._opens else None
                 if batch is None or (not batch.meta.valid.any() and not done):
                     if done:
                         break
@@ -214,19 +239,16 @@ class Assembler:
                 batch.sealing = True
                 while batch.writing and not self._stop.is_set():
                     self._cond.wait(POLL_INTERVAL_S)
-                if self._open is batch:
-                    self._open = None
+                self._opens.remove(batch)
                 self._cond.notify_all()
             if not batch.meta.valid.any():
                 batch.pool.release(batch.slot)
-                if done:
-                    break
                 continue
             self._ship(batch.meta)
         with self._cond:
-            leftover, self._open = self._open, None
-        if leftover is not None:
-            leftover.pool.release(leftover.slot)
+            leftover, self._opens = list(self._opens), collections.deque()
+        for batch in leftover:
+            batch.pool.release(batch.slot)
         if not self._stop.is_set():
             self._prefetch.put_end()
 

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from .._deps import require_cv2
+from .batch import Batch
 from .source import VideoSource
-from .streams import Batch, StreamLoader
+from .streams import StreamLoader
 
 _CLIP_SIZE = (640, 360)
 _CLIP_FPS = 30

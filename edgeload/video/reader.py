@@ -75,6 +75,7 @@ class StreamReader:
         self.attempts = 0
         self.last_error: str | None = None
         self.last_frame_at: float | None = None
+        self.streaming_since: float | None = None
         self.retry_at: float | None = None
         self.fps_reported = 0.0
         self._started_at = time.monotonic()
@@ -190,6 +191,7 @@ class StreamReader:
         paced_from = time.monotonic() - self.position / rate
         self._next_wanted = time.monotonic()
         self._reconnect.clear()
+        self.last_frame_at, self.streaming_since = None, time.monotonic()
         self.state = SourceState.STREAMING
         while not self._stop.is_set():
             if self._reconnect.is_set():

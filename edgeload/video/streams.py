@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -23,13 +22,14 @@ import numpy as np
 from .._deps import require_cv2, require_torch
 from .._lifecycle import POLL_INTERVAL_S, State, join_threads
 from ..buffers import SlotPool
-from ..errors import ClosedError, SourceError
+from ..errors import ClosedError, WorkerTimeout
 from ..prefetch import END, Prefetcher
 from .backends import build_target, hardware_decoder
-from .batching import Assembler, Sealed
+from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
+from .batching import MAX_OPEN, Assembler, Sealed
 from .reader import StreamReader
 from .resize import Color, FrameWriter, Layout, ResizeMode
-from .source import FrameInfo, Policy, VideoSource, as_source
+from .source import Policy, VideoSource, as_source
 from .stats import load_loader_state, loader_state, loader_stats
 
 _log = logging.getLogger("edgeload")
@@ -38,44 +38,6 @@ _JOIN_TIMEOUT_S = 10.0
 _WINDOW = 2048  # recent frame ages kept for the percentiles
 
 SourceLike = VideoSource | str | int | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class FrameMeta:
-    """What the consumer knows about one frame of a batch."""
-
-    stream_id: int
-    seq: int
-    """The source's own frame number; a gap from the stream's previous frame is a drop."""
-    pts_ms: float
-    captured_at: float
-    """``time.monotonic()`` when it was grabbed."""
-    age_ms: float
-    """Milliseconds from grab to delivery to the consumer."""
-    dropped: int
-    """Frames of this stream dropped (or skipped by ``fps``) since its previous one."""
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One batch: ``frames`` (uint8 tensor), ``valid`` (bool tensor) and ``meta`` per place."""
-
-    frames: Any
-    """``(B, H, W, 3)`` or ``(B, 3, H, W)`` uint8 torch tensor, a view of the slot."""
-    valid: Any
-    """``(B,)`` bool torch tensor: which places hold a frame (a partial batch has gaps)."""
-    meta: tuple[FrameMeta | None, ...]
-    """Per place: its frame's metadata, or None where ``valid`` is False."""
-
-
-class _Stream:
-    def __init__(self, sid: int, source: VideoSource, writer: FrameWriter) -> None:
-        self.sid, self.source, self.writer = sid, source, writer
-        self.reader: StreamReader | None = None
-        self.last_seq = -1
-        self.delivered = 0
-        self.drops = 0
-        self.error_reported = False
 
 
 class StreamLoader:
@@ -135,7 +97,7 @@ class StreamLoader:
         self._opts: dict[str, Any] = dict(layout=layout, color=color, resize=resize)
         self._policy, self._on_error, self._timeout_s = policy, on_error, timeout_s
         self._device = device
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, StreamEntry] = {}
         self._next_id = 0
         self._lock = threading.Lock()
         for src in sources:
@@ -172,6 +134,7 @@ class StreamLoader:
             deadline_s=self.deadline_ms / 1000,
             prefetcher=self._prefetch,
             active=self._active,
+            tick=lambda: watchdog(self._streams_now()),
         )
         self._asm.set_streams(list(self._streams))
         self._mux = threading.Thread(target=self._asm.run, name="edgeload-video-mux", daemon=True)
@@ -181,20 +144,20 @@ class StreamLoader:
         self._delivered_at: collections.deque[float] = collections.deque(maxlen=64)
         self._batches = 0
 
-    def _make_stream(self, src: SourceLike) -> _Stream:
+    def _make_stream(self, src: SourceLike) -> StreamEntry:
         source = as_source(src)
         if self._policy is not None:
             source.policy = self._policy
         with self._lock:
             sid, self._next_id = self._next_id, self._next_id + 1
-            stream = self._streams[sid] = _Stream(
+            stream = self._streams[sid] = StreamEntry(
                 sid, source, FrameWriter(size=self.size, **self._opts)
             )
         return stream
 
-    def _target(self, stream: _Stream) -> None:
+    def _target(self, stream: StreamEntry) -> None:
         src = stream.source
-        stream.target = build_target(  # type: ignore[attr-defined]
+        stream.target = build_target(
             src.kind, src.value, backend=src.backend,
             preferred=self.plan.decode_backend, decoder=self._decoder,
         )  # fmt: skip
@@ -202,38 +165,25 @@ class StreamLoader:
     def _make_pool(self, places: int) -> SlotPool:
         w, h = self.size
         shape = (places, h, w, 3) if self._opts["layout"] == "NHWC" else (places, 3, h, w)
-        # Prefetched + the open one + one being shipped + two the consumer may hold.
-        return SlotPool(shape, np.uint8, count=self._depth + 4, mode=self._mode,  # type: ignore[arg-type]
+        # Prefetched + the open ones + one being shipped + two the consumer may hold.
+        count = self._depth + MAX_OPEN + 3
+        return SlotPool(shape, np.uint8, count=count, mode=self._mode,  # type: ignore[arg-type]
                         name="StreamLoader slots")  # fmt: skip
+
+    def _streams_now(self) -> list[StreamEntry]:
+        with self._lock:
+            return list(self._streams.values())
 
     def _active(self) -> list[int]:
         with self._lock:
             streams = list(self._streams.values())
         return [s.sid for s in streams if s.reader is None or not s.reader.state.done]
 
-    def _sink(self, stream: _Stream) -> Any:
-        asm, writer, latest = self._asm, stream.writer, stream.source.policy == "latest"
-
-        def sink(frame: np.ndarray, info: FrameInfo) -> bool:
-            claim = asm.claim(stream.sid, latest=latest)
-            if claim is None:
-                return self._state is State.OPEN
-            batch, place = claim
-            try:
-                writer.write(frame, batch.slot.array[place])
-            except BaseException:
-                asm.commit(batch, place, None)
-                raise
-            asm.commit(batch, place, info)
-            return True
-
-        return sink
-
-    def _start_reader(self, stream: _Stream, gate: list[threading.Event]) -> None:
+    def _start_reader(self, stream: StreamEntry, gate: list[threading.Event]) -> None:
         src = stream.source
         stream.reader = StreamReader(
-            src, stream.target,  # type: ignore[attr-defined]
-            stream_id=stream.sid, sink=self._sink(stream),
+            src, stream.target,
+            stream_id=stream.sid, sink=make_sink(self._asm, stream, lambda: self._state is State.OPEN),
             ffmpeg_threads=self.plan.threads.ffmpeg, start_frame=stream.last_seq + 1,
             gate=gate if src.network else None,
         )  # fmt: skip
@@ -274,7 +224,7 @@ class StreamLoader:
         self.start()
         deadline = time.monotonic() + self._timeout_s
         while True:
-            self._raise_failures()
+            raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             try:
                 item = self._prefetch.get(timeout_s=POLL_INTERVAL_S)
                 break
@@ -282,51 +232,18 @@ class StreamLoader:
                 raise StopIteration from None
             except TimeoutError:
                 if time.monotonic() > deadline:
-                    raise
+                    states = {s.source.name: s.reader.state.value if s.reader else "pending"
+                              for s in self._streams.values()}  # fmt: skip
+                    raise WorkerTimeout(
+                        f"StreamLoader: no batch within timeout_s={self._timeout_s} s; stream "
+                        f"states {states}; see stats() for errors, or raise timeout_s=",
+                        worker="edgeload-video-mux",
+                    ) from None
         if item is END:
-            self._raise_failures()
+            raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             raise StopIteration
-        return self._deliver(item)  # type: ignore[arg-type]
-
-    def _raise_failures(self) -> None:
-        for stream in list(self._streams.values()):
-            reader = stream.reader
-            if reader is None or not reader.state.done or reader.last_error is None:
-                continue
-            if stream.error_reported:
-                continue
-            stream.error_reported = True
-            message = f"stream {stream.sid} ({stream.source.name}): {reader.last_error}"
-            if self._on_error == "raise":
-                raise SourceError(message, source=stream.source.uri)
-            _log.warning("edgeload: %s", message)
-
-    def _deliver(self, sealed: Sealed) -> Batch:
-        torch = require_torch()
-        view = sealed.pool.lease(sealed.slot)
-        frames = torch.from_numpy(view)
-        if self._device is not None:
-            frames = frames.to(self._device, non_blocking=True)
-        now = time.monotonic()
-        metas: list[FrameMeta | None] = []
-        for place in range(len(sealed.valid)):
-            if not sealed.valid[place]:
-                metas.append(None)
-                continue
-            sid, seq = int(sealed.stream_id[place]), int(sealed.seq[place])
-            stream = self._streams.get(sid)
-            gap = 0
-            if stream is not None:
-                gap = max(0, seq - stream.last_seq - 1) if seq > stream.last_seq else 0
-                stream.last_seq, stream.drops = seq, stream.drops + gap
-                stream.delivered += 1
-            age = (now - float(sealed.captured_at[place])) * 1000.0
-            self._ages.append(age)
-            metas.append(FrameMeta(sid, seq, float(sealed.pts_ms[place]),
-                                   float(sealed.captured_at[place]), age, gap))  # fmt: skip
         self._batches += 1
-        self._delivered_at.append(now)
-        return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))
+        return build_batch(item, self._streams, self._ages, self._delivered_at, self._device)  # type: ignore[arg-type]
 
     def add(self, source: SourceLike) -> int:
         """Add a source while running; returns its stream id.

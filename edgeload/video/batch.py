@@ -1,0 +1,149 @@
+"""What the consumer gets (:class:`Batch`, :class:`FrameMeta`) and the per-stream glue.
+
+A :class:`StreamEntry` is one stream inside a loader: its source, its frame writer,
+its reader thread and what the consumer has received from it.  ``make_sink`` joins a
+reader to the assembler; ``build_batch`` turns a shipped slot into a :class:`Batch`;
+``watchdog`` and ``raise_failures`` run the stream-level rules.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._deps import require_torch
+from ..errors import SourceError
+from .batching import Assembler, Sealed
+from .reader import Sink, StreamReader
+from .resize import FrameWriter
+from .source import FrameInfo, SourceState, VideoSource
+
+_log = logging.getLogger("edgeload")
+
+
+@dataclass(frozen=True)
+class FrameMeta:
+    """What the consumer knows about one frame of a batch."""
+
+    stream_id: int
+    seq: int
+    """The source's own frame number; a gap from the stream's previous frame is a drop."""
+    pts_ms: float
+    captured_at: float
+    """``time.monotonic()`` when it was grabbed."""
+    age_ms: float
+    """Milliseconds from grab to delivery to the consumer."""
+    dropped: int
+    """Frames of this stream dropped (or skipped by ``fps``) since its previous one."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch: ``frames`` (uint8 tensor), ``valid`` (bool tensor) and ``meta`` per place."""
+
+    frames: Any
+    """``(B, H, W, 3)`` or ``(B, 3, H, W)`` uint8 torch tensor, a view of the slot."""
+    valid: Any
+    """``(B,)`` bool torch tensor: which places hold a frame (a partial batch has gaps)."""
+    meta: tuple[FrameMeta | None, ...]
+    """Per place: its frame's metadata, or None where ``valid`` is False."""
+
+
+class StreamEntry:
+    """One stream of a loader and what its consumer has received from it."""
+
+    def __init__(self, sid: int, source: VideoSource, writer: FrameWriter) -> None:
+        self.sid, self.source, self.writer = sid, source, writer
+        self.reader: StreamReader | None = None
+        self.target: Any = None
+        self.last_seq = -1  # the last seq the consumer received (resume starts after it)
+        self.delivered = 0
+        self.drops = 0
+        self.error_reported = False
+
+
+def make_sink(asm: Assembler, stream: StreamEntry, running: Callable[[], bool]) -> Sink:
+    """The reader's sink: claim a place, resize the frame into it, commit it."""
+    writer, latest = stream.writer, stream.source.policy == "latest"
+
+    def sink(frame: np.ndarray, info: FrameInfo) -> bool:
+        claim = asm.claim(stream.sid, latest=latest)
+        if claim is None:
+            return running()
+        batch, place = claim
+        try:
+            writer.write(frame, batch.slot.array[place])
+        except BaseException:
+            asm.commit(batch, place, None)
+            raise
+        asm.commit(batch, place, info)
+        return True
+
+    return sink
+
+
+def watchdog(streams: Iterable[StreamEntry]) -> None:
+    """Reconnect a live stream that has been streaming without a frame for too long."""
+    now = time.monotonic()
+    for stream in streams:
+        reader = stream.reader
+        if reader is None:
+            continue
+        since = reader.last_frame_at or reader.streaming_since
+        streaming = stream.source.live and reader.state is SourceState.STREAMING
+        if streaming and since is not None and now - since > stream.source.stall_timeout_s:
+            reader.request_reconnect()
+
+
+def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
+    """Report each stream that ended with an error once: raise SourceError, or log it."""
+    for stream in streams:
+        reader = stream.reader
+        if reader is None or not reader.state.done or reader.last_error is None:
+            continue
+        if stream.error_reported:
+            continue
+        stream.error_reported = True
+        message = f"stream {stream.sid} ({stream.source.name}): {reader.last_error}"
+        if raise_:
+            raise SourceError(message, source=stream.source.uri)
+        _log.warning("edgeload: %s", message)
+
+
+def build_batch(
+    sealed: Sealed,
+    streams: Mapping[int, StreamEntry],
+    ages: collections.deque[float],
+    delivered_at: collections.deque[float],
+    device: Any,
+) -> Batch:
+    """Lease the shipped slot to the consumer as a :class:`Batch` (a view, no copy)."""
+    torch = require_torch()
+    frames = torch.from_numpy(sealed.pool.lease(sealed.slot))
+    if device is not None:
+        frames = frames.to(device, non_blocking=True)
+    now = time.monotonic()
+    metas: list[FrameMeta | None] = []
+    for place in range(len(sealed.valid)):
+        if not sealed.valid[place]:
+            metas.append(None)
+            continue
+        sid, seq = int(sealed.stream_id[place]), int(sealed.seq[place])
+        stream = streams.get(sid)
+        gap = 0
+        if stream is not None:
+            gap = seq - stream.last_seq - 1 if seq > stream.last_seq else 0
+            stream.last_seq, stream.drops = seq, stream.drops + gap
+            stream.delivered += 1
+        captured = float(sealed.captured_at[place])
+        age = (now - captured) * 1000.0
+        ages.append(age)
+        metas.append(FrameMeta(sid, seq, float(sealed.pts_ms[place]), captured, age, gap))
+    delivered_at.append(now)
+    return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))
