@@ -66,3 +66,27 @@ def test_raw_pipeline_is_a_live_source():
     assert all(tuple(b.frames.shape) == (1, 3, 64, 64) for b in batches)
     seqs = [b.meta[0].seq for b in batches]
     assert seqs == sorted(seqs) and len(set(seqs)) == 10
+
+
+@pytest.mark.rtsp
+def test_rtsp_through_rtspsrc_and_the_decoder_chain(tmp_path_factory):
+    from test_video_rtsp import RtspServer, free_port, server_available
+
+    if not server_available():
+        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3")
+    server = RtspServer(free_port())
+    try:
+        url = server.start(clip(media_dir(tmp_path_factory), size=(160, 120), seconds=2.0))
+        source = VideoSource(url, backend="gstreamer")
+        with StreamLoader([source], size=(80, 60)) as loader:
+            batches = []
+            for batch in loader:
+                batches.append(batch)
+                if len(batches) == 10:
+                    break
+            stats = loader.stats()["streams"][0]
+    finally:
+        server.stop()
+    assert stats["pipeline"].startswith(f'rtspsrc location="{url}" latency=0 ! rtph264depay')
+    assert "avdec_h264" in stats["pipeline"] and stats["pipeline"].endswith("sync=false")
+    assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)

@@ -20,7 +20,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 pytestmark = pytest.mark.rtsp
 
 
-def _server_available() -> bool:
+def server_available() -> bool:
     probe = "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"
     try:
         return subprocess.run([SYSTEM_PYTHON, "-c", probe], capture_output=True,
@@ -65,14 +65,18 @@ class RtspServer:
         self.proc = None
 
 
-@pytest.fixture
-def server():
-    if not _server_available():
-        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)")
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = RtspServer(port)
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server():
+    if not server_available():
+        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)")
+    srv = RtspServer(free_port())
     yield srv
     srv.stop()
 
