@@ -208,3 +208,41 @@ def test_drain_returns_held_items_for_release():
         assert q.drain() == [1, 2]
         assert q.stats().depth == 0
     assert q.closed
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    producers=st.integers(1, 3),
+    close_after=st.integers(0, 30),
+    max_items=st.integers(1, 3),
+    policy=st.sampled_from(["block", "latest"]),
+)
+def test_close_from_the_consumer_ends_every_producer_promptly(
+    producers, close_after, max_items, policy
+):
+    q: Prefetcher[int] = Prefetcher(max_items=max_items, max_bytes=64, policy=policy)
+    closed: list[int] = []
+    violations: list[str] = []
+
+    def produce() -> None:
+        i = 0
+        try:
+            while True:  # a live source: only close() ends it
+                q.put(i, nbytes=16, timeout_s=5)
+                s = q.stats()
+                if s.depth > max_items or s.bytes_held > 64:
+                    violations.append(str(s))
+                i += 1
+        except ClosedError:
+            closed.append(i)
+
+    threads = [threading.Thread(target=produce, name=f"test-p{i}") for i in range(producers)]
+    for t in threads:
+        t.start()
+    for _ in range(close_after):
+        q.get(timeout_s=5)
+    q.close()
+    for t in threads:
+        t.join(2)
+    assert not any(t.is_alive() for t in threads)
+    assert len(closed) == producers and violations == []
