@@ -29,10 +29,13 @@ def _children() -> set[int]:
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
                 continue
-            cmdline = " ".join(child.cmdline())
+            # The helper itself is exempt, not what it forks (forkserver workers).
+            helper = child.ppid() == os.getpid() and any(
+                name in " ".join(child.cmdline()) for name in _SESSION_HELPERS
+            )
         except psutil.NoSuchProcess:
             continue
-        if not any(helper in cmdline for helper in _SESSION_HELPERS):
+        if not helper:
             pids.add(child.pid)
     return pids
 
