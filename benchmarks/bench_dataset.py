@@ -102,6 +102,7 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     from edgeload import DataLoader as EdgeLoader
 
     dataset = JpegDataset(path, out_size)
+    cpu0 = _cpu_s()
     start = time.perf_counter()
     if mode == "edgeload":
         loader: Any = EdgeLoader(dataset, batch_size=batch, num_workers="auto")
@@ -125,8 +126,10 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
         stats = loader.stats()
         chosen = {"num_workers": stats["num_workers"], "worker_kind": stats["worker_kind"]}
         loader.close()
-    del loader
+    del loader  # torch joins (and so reaps) its workers: their CPU time is counted
+    cpu = _cpu_s() - cpu0
     return {
+        "cpu_ms_per_image": 1e3 * cpu / max(images, 1),
         "images": images,
         "seconds": end - start,
         "first_batch_s": (first or end) - start,
@@ -134,6 +137,11 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
         "checksum": checksum,
         **chosen,
     }
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
                 runs[mode].append(r)
                 print(
                     f"  [{rep + 1}/{args.repeats}] {mode:<14} {r['images'] / r['seconds']:7.0f} "
-                    f"img/s  peak PSS {r['peak_pss_bytes'] / 2**20:6.0f} MiB",
+                    f"img/s  peak PSS {r['peak_pss_bytes'] / 2**20:6.0f} MiB  "
+                    f"CPU {r['cpu_ms_per_image']:.2f} ms/img",
                     flush=True,
                 )
     report = _summarise(runs, args)
@@ -205,6 +214,7 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
             "steady_images_per_s": statistics.median(r["steady_images_per_s"] for r in rs),
             "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
             "peak_pss_mib": statistics.median(r["peak_pss_bytes"] for r in rs) / 2**20,
+            "cpu_ms_per_image": statistics.median(r["cpu_ms_per_image"] for r in rs),
             **{k: rs[0][k] for k in ("num_workers", "worker_kind") if k in rs[0]},
         }
     torch_modes = [m for m in modes if m.startswith("torch")]
@@ -224,11 +234,14 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
 
 
 def _print(report: dict[str, Any]) -> None:
-    print(f"\n{'mode':<14} {'img/s':>7} {'steady':>7} {'1st batch':>9} {'peak PSS':>9}")
+    print(
+        f"\n{'mode':<14} {'img/s':>7} {'steady':>7} {'1st batch':>9} {'peak PSS':>9} {'CPU/img':>8}"
+    )
     for mode, m in report["modes"].items():
         print(
             f"{mode:<14} {m['images_per_s']:7.0f} {m['steady_images_per_s']:7.0f} "
-            f"{m['first_batch_s']:8.2f}s {m['peak_pss_mib']:6.0f} MiB"
+            f"{m['first_batch_s']:8.2f}s {m['peak_pss_mib']:6.0f} MiB "
+            f"{m['cpu_ms_per_image']:6.2f}ms"
         )
     if "speed_vs_best_torch" in report:
         print(

@@ -51,7 +51,7 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
     # One slot per task in flight (see DataLoader._max_in_flight) plus the user's batch.
-    in_flight = loader.prefetch_factor * count if loader.prefetch_factor else count + 1
+    in_flight = (2 if loader.prefetch_factor is None else loader.prefetch_factor) * count
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
         plan=plan,

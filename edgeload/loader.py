@@ -244,19 +244,17 @@ class DataLoader:
         return self._executor
 
     def _max_in_flight(self) -> int:
-        """Tasks handed to workers and not yet yielded: torch's ``prefetch_factor`` rule
-        when it is given; else one waiting task per worker plus one, which keeps every
-        worker busy while the consumer keeps up and holds the fewest batches in memory.
-        Either way no more than ``prefetch_bytes`` worth of fixed-size batches."""
+        """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
+        as torch) per worker, and no more than ``prefetch_bytes`` of fixed-size batches."""
         n = self._num_workers_resolved
         if n == 0:
             return 1
-        limit = n * self.prefetch_factor if self.prefetch_factor else n + 1
+        limit = n * (2 if self.prefetch_factor is None else max(1, self.prefetch_factor))
         layout = self._slots.layout
         budget = self.prefetch_bytes or (self.plan.prefetch_bytes if self.plan else None)
         if layout is not None and budget:
             limit = min(limit, max(1, budget // layout.nbytes))
-        return max(1, limit)
+        return limit
 
     def _deliver(self, batch: Any) -> Any:
         self._counters["batches"] += 1
