@@ -12,7 +12,7 @@ outside) is its own:
 - ``torch-0`` / ``torch-2``: ``torch.utils.data.DataLoader`` over an IterableDataset
   that decodes and resizes (files split over workers), batch_size=4.
 - ``ceiling``: each file decoded and resized in its own thread into a fixed buffer,
-  one FFmpeg and one cv2 thread each, no hand-off: the most this box can decode.
+  one cv2 thread, the better of 1 and FFmpeg's default decode threads, no hand-off.
 
 Live latency: 4 x 640x360 files replayed at 30 fps, a consumer taking 100 ms per
 batch, ``--latency-seconds``: frame age p50/p99 for edgeload ``latest`` and for the
@@ -199,6 +199,13 @@ def _torch(paths: list[str], workers: int) -> dict[str, Any]:
 
 
 def _ceiling(paths: list[str]) -> dict[str, Any]:
+    # Tuned: the better of one FFmpeg thread per stream and FFmpeg's own choice (on a
+    # box shared with other work, more threads can win a larger share of the CPU).
+    runs = [_ceiling_run(paths, n) for n in (1, 0)]
+    return max(runs, key=lambda r: r["frames"] / r["seconds"])
+
+
+def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
     import threading
 
     import cv2
@@ -208,7 +215,8 @@ def _ceiling(paths: list[str]) -> dict[str, Any]:
     counts = [0] * len(paths)
 
     def run(i: int, path: str) -> None:
-        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, [cv2.CAP_PROP_N_THREADS, 1])
+        params = [cv2.CAP_PROP_N_THREADS, ffmpeg_threads]
+        cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, params)
         ok, buf = cap.read()
         out = np.empty((OUT[1], OUT[0], 3), np.uint8)
         while ok:
@@ -222,7 +230,8 @@ def _ceiling(paths: list[str]) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join(_TIMEOUT_S)
-    return {"frames": sum(counts), "seconds": time.monotonic() - start}
+    return {"frames": sum(counts), "seconds": time.monotonic() - start,
+            "ffmpeg_threads": ffmpeg_threads}  # fmt: skip
 
 
 def _child(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
