@@ -112,6 +112,11 @@ class SlotPool:
         shared: put slots in ``shm_dir`` so process workers can write them in place.
         name: used in messages.
         shm_dir: the shared-memory directory (tests point it at a small tmpfs).
+        reserve: slots that always stay out of the consumer's hands, for the producers
+            (1 .. count): a lease that would leave fewer grows the pool within
+            ``max_bytes`` or is delivered as a copy. Set it to the number of slots the
+            pipeline fills at once (open batches, in-flight tasks) when the consumer may
+            keep batches.
 
     Raises:
         ValueError: bad count, shape, dtype or a ``max_bytes`` below ``count`` slots.
@@ -130,6 +135,7 @@ class SlotPool:
         shared: bool = False,
         name: str = "slots",
         shm_dir: str = SHM_DIR,
+        reserve: int = 1,
     ) -> None:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
@@ -146,6 +152,9 @@ class SlotPool:
             )
         self.name, self.mode, self.shared, self.shm_dir = name, mode, shared, shm_dir
         self.max_bytes = max_bytes
+        if not 1 <= reserve <= count:
+            raise ValueError(f"{name}: reserve must be between 1 and count={count}, got {reserve}")
+        self.reserve = reserve
         self._copies = 0
         self._core = PoolCore(name)
         self._grow(count)
@@ -189,6 +198,10 @@ class SlotPool:
 
     def _can_grow(self) -> bool:
         return self.max_bytes is not None and (self.count + 1) * self.slot_nbytes <= self.max_bytes
+
+    def _starves(self, leased: int) -> bool:
+        """Whether ``leased`` consumer-held slots leave producers fewer than ``reserve``."""
+        return self.count - leased < self.reserve
 
     def _view(self, index: int) -> np.ndarray:
         backing_index, offset = self._core.views[index]
@@ -251,11 +264,11 @@ class SlotPool:
         """Hand a filled slot to the consumer: a zero-copy view, or a copy if it kept all.
 
         The slot returns to the pool when the view and everything made from it (numpy
-        views, ``torch.from_numpy`` tensors) are gone. One slot always stays out of the
-        consumer's hands, so producers cannot starve: once the consumer holds every other
-        slot and ``max_bytes`` allows no more, batches arrive as copies (logged once).
-        A plain ``for batch in loader`` loop holds the previous batch while the next is
-        leased, so size ``count`` as workers + prefetch depth + 2 for zero copies.
+        views, ``torch.from_numpy`` tensors) are gone. ``reserve`` slots always stay out
+        of the consumer's hands, so producers cannot starve: once the consumer holds all
+        the others and ``max_bytes`` allows no more, batches arrive as copies (logged
+        once). A plain ``for batch in loader`` loop holds the previous batch while the
+        next is leased, so size ``count`` as workers + prefetch depth + 2 for zero copies.
 
         Raises:
             ClosedError: the pool is closed.
@@ -266,7 +279,9 @@ class SlotPool:
             self._check_open("lease()")
             if slot.index not in core.acquired:
                 raise ValueError(f"{self.name}: slot {slot.index} is not acquired")
-            if len(core.leased) + 1 >= self.count and not self._can_grow():
+            while self._starves(len(core.leased) + 1) and self._can_grow():
+                self._grow(1)
+            if self._starves(len(core.leased) + 1):
                 copy = core.arrays[slot.index].copy()
                 core.acquired.remove(slot.index)
                 core.free.append(slot.index)
@@ -274,16 +289,16 @@ class SlotPool:
                 self._copies += 1
                 if self._copies == 1:
                     _log.warning(
-                        "edgeload: %s: the consumer keeps %d batches, every slot but one "
-                        "and all max_bytes=%s allow; later batches are copies, not views. "
-                        "Drop batches sooner, or raise the prefetch budget",
+                        "edgeload: %s: the consumer keeps %d batches, every slot but the "
+                        "%d kept for producers and all max_bytes=%s allow; later batches "
+                        "are copies, not views. Drop batches sooner, or raise the prefetch "
+                        "budget",
                         self.name,
                         len(core.leased),
+                        self.reserve,
                         self.max_bytes,
                     )
                 return copy
-            if len(core.leased) + 1 >= self.count:
-                self._grow(1)
             view = self._view(slot.index)
             base = view.base
             if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant

@@ -89,6 +89,19 @@ def test_list_of_many_batches_are_distinct_and_correct_grow_then_copy(caplog):
     assert [int(b[0]) for b in batches] == list(range(50))  # still valid after close
 
 
+def test_reserve_keeps_slots_for_producers_that_fill_several_at_once():
+    with SlotPool((4,), np.uint8, count=5, reserve=3) as pool:
+        kept = [_produce(pool, i) for i in range(6)]
+        assert pool.stats().leased == 2 and pool.stats().copies == 4
+        # Three batches open at once (e.g. one per stream) still find slots.
+        slots = [pool.acquire(timeout_s=0) for _ in range(3)]
+        for slot in slots:
+            pool.release(slot)
+        assert [int(b[0]) for b in kept] == list(range(6))
+    with pytest.raises(ValueError, match="reserve must be between 1 and count=2, got 3"):
+        SlotPool((4,), count=2, reserve=3)
+
+
 def test_acquire_times_out_with_a_clear_message_when_producers_hold_every_slot():
     with SlotPool((4,), np.uint8, count=1, name="cams") as pool:
         slot = pool.acquire(timeout_s=1)
@@ -155,12 +168,14 @@ def test_bad_arguments_name_the_value():
     ops=st.lists(st.one_of(st.booleans(), st.integers(0, 20)), max_size=60),
     count=st.integers(1, 4),
     extra=st.integers(0, 3),
+    reserve=st.integers(1, 4),
 )
-def test_kept_batches_never_change_under_any_keep_drop_sequence(ops, count, extra):
+def test_kept_batches_never_change_under_any_keep_drop_sequence(ops, count, extra, reserve):
     # True: produce and keep; False: produce and drop at once; n: drop kept batch n.
+    reserve = min(reserve, count)
     max_bytes = (count + extra) * PAGE_SIZE
     kept: dict[int, np.ndarray] = {}
-    with SlotPool((8,), np.int64, count=count, max_bytes=max_bytes) as pool:
+    with SlotPool((8,), np.int64, count=count, max_bytes=max_bytes, reserve=reserve) as pool:
         for step, op in enumerate(ops):
             if isinstance(op, bool):
                 batch = _produce(pool, step)
@@ -174,6 +189,7 @@ def test_kept_batches_never_change_under_any_keep_drop_sequence(ops, count, extr
             assert stats.nbytes <= max_bytes
             assert stats.leased <= len(kept)  # copies hold no slot
             assert stats.free + stats.acquired + stats.leased == stats.count
+            assert stats.count - stats.leased >= reserve  # the producers' share
 
 
 def test_latest_prefetch_recycles_dropped_slots():
