@@ -198,9 +198,10 @@ class StreamReader:
                 self.last_error = "no frame within the stall timeout: reconnecting"
                 return "lost"
             if src.realtime:
-                behind = int((time.monotonic() - paced_from) * rate) - self.position
-                if behind < 0 and self._stop.wait(-behind / rate):
+                early = paced_from + self.position / rate - time.monotonic()
+                if early > 0 and self._stop.wait(early):
                     return "stop"
+                behind = int((time.monotonic() - paced_from) * rate) - self.position
                 for _ in range(min(max(0, behind - 1), _MAX_CATCH_UP_FRAMES)):
                     if not cap.grab():
                         break
