@@ -9,6 +9,8 @@ contenders interleaved over ``--repeats`` rounds, medians reported:
   Contenders: ``torch.utils.data.DataLoader`` with its defaults (``num_workers=0``),
   torch with the common recipe (``num_workers=<cores>``, ``persistent_workers``),
   ``edgeload.DataLoader(num_workers="auto")`` untuned, the same with the tuned profile.
+- dataset-py: 512 samples made by ~1 ms of pure Python each (GIL-bound), 64x64x3,
+  batches of 32; same contenders.
 - video: 4 looping 320x240 H.264 files batched to 4 x 160x160.
   Contenders: a plain OpenCV loop (read each capture in turn, resize into a batch
   array), ``StreamLoader`` untuned, ``StreamLoader`` with the tuned profile.
@@ -70,6 +72,19 @@ class JpegDataset:
         return out, label
 
 
+class PythonDataset:
+    """Samples made by pure Python (GIL-bound), like a hand-written parser or augmenter."""
+
+    def __len__(self) -> int:
+        return 512
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int]:
+        acc = 0
+        for k in range(6000):  # about 1 ms of bytecode on this box
+            acc = (acc * 31 + k + i) % 1000003
+        return np.full((64, 64, 3), acc % 255, np.uint8), acc % 10
+
+
 def make_clips(directory: Path, count: int = 4) -> list[str]:
     """Write (once) ``count`` 320x240 H.264 clips of 3 s; return their paths."""
     paths = []
@@ -123,12 +138,12 @@ def _forever(loader: Any) -> Any:
         yield from loader
 
 
-def child_dataset(name: str, seconds: float) -> dict[str, Any]:
+def child_dataset(kind: str, name: str, seconds: float) -> dict[str, Any]:
     import torch
 
     import benchmarks.bench_autotune as me  # pickled by module name, not __main__
 
-    ds = me.JpegDataset()
+    ds = me.JpegDataset() if kind == "dataset" else me.PythonDataset()
     cores = len(os.sched_getaffinity(0))
     if name.startswith("torch"):
         kw = {} if name == "torch-defaults" else {"num_workers": cores, "persistent_workers": True}
@@ -195,10 +210,12 @@ def _run_child(kind: str, name: str, seconds: float, profile: Path, clips: list[
 
 def tune(kind: str, budget: float, trial: float, clips: list[str], out: Path) -> Any:
     import edgeload
-    from benchmarks.bench_autotune import JpegDataset
+    from benchmarks.bench_autotune import JpegDataset, PythonDataset
 
     if kind == "dataset":
         work: Any = edgeload.DatasetWorkload(JpegDataset(), batch_size=32, name="jpeg")
+    elif kind == "dataset-py":
+        work = edgeload.DatasetWorkload(PythonDataset(), batch_size=32, name="python")
     else:
         work = edgeload.VideoWorkload(clips, size=(160, 160), batch=4)
     result = edgeload.autotune(work, trial_seconds=trial, budget_seconds=budget)
@@ -212,7 +229,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trial", type=float, default=2.0, help="autotune trial length, s")
     p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
     p.add_argument("--repeats", type=int, default=3, help="rounds of all contenders")
-    p.add_argument("--workloads", nargs="+", default=["dataset", "video"])
+    p.add_argument("--workloads", nargs="+", default=["dataset", "dataset-py", "video"],
+                   choices=["dataset", "dataset-py", "video"])  # fmt: skip
     p.add_argument("--json", action="store_true")
     p.add_argument("--child", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
     p.add_argument("--clips", nargs="*", default=[], help=argparse.SUPPRESS)
@@ -228,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     """Tune each workload, then measure every contender; print the table."""
     if args.child:
         kind, name = args.child
-        got = (child_dataset(name, args.seconds) if kind == "dataset"
+        got = (child_dataset(kind, name, args.seconds) if kind.startswith("dataset")
                else child_video(name, args.seconds, args.clips))  # fmt: skip
         print(json.dumps(got, default=str))
         return 0
@@ -243,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             result = tune(kind, args.budget, args.trial, clips, tuned)
             print(f"[{kind}] autotune: {len(result.trials)} trials in {result.elapsed_s:.0f} s;"
                   f" {result.reason}\n{tuned.read_text()}", file=sys.stderr)  # fmt: skip
-            names = DATASET if kind == "dataset" else VIDEO
+            names = DATASET if kind.startswith("dataset") else VIDEO
             runs: dict[str, list[Any]] = {n: [] for n in names}
             for _ in range(args.repeats):
                 for name in names:

@@ -168,10 +168,12 @@ def autotune(
         return _effective_key(_plan(workload, platform, config)), config.get("batch_size")
 
     def score(config: Mapping[str, Any], recheck_of: int | None = None) -> float | None:
+        # The search leaves room for the two rechecks; trial 0 (the plan) always runs.
+        reserve = 2 * last_cost[0] if recheck_of is None else 0.0
         elapsed = time.monotonic() - began
-        if elapsed + last_cost[0] > budget_seconds or (
-            recheck_of is None and max_trials is not None and len(result.trials) >= max_trials
-        ):
+        if result.trials and elapsed + last_cost[0] + reserve > budget_seconds:
+            raise Stop
+        if recheck_of is None and max_trials is not None and len(result.trials) >= max_trials:
             raise Stop
         if progress is not None:
             progress(result, config)
@@ -227,6 +229,8 @@ def _run_trial(
         got = measure(workload, config, warmup_s=warmup, trial_s=trial_s)
     except EdgeloadError as exc:
         return Trial(index, dict(config), f"failed: {exc}")
+    except (OSError, RuntimeError, ValueError) as exc:  # one bad configuration, not the run
+        return Trial(index, dict(config), f"failed: {type(exc).__name__}: {exc}")
     if got.peak_pss_bytes > ceiling:
         return Trial(index, dict(config), "over memory", got)
     value = got.items_per_s if objective == "throughput" else 1000.0 / max(got.latency_p99_ms, 1e-3)

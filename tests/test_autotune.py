@@ -215,6 +215,8 @@ def test_video_autotune_writes_a_profile_that_changes_the_next_plan(
     assert tuned.prefetch_bytes == data["profile"]["prefetch_max_bytes"]
     assert tuned.prefetch_bytes != untuned.prefetch_bytes
     assert tuned.slot_count * tuned.slot_bytes == tuned.prefetch_bytes
+    assert cli.main(["probe", "--streams", "2", "--frame", "64x48"]) == 0
+    assert f"tuned:{written}" in capsys.readouterr().out  # `edgeload probe` names the source
 
 
 def test_latency_objective_through_the_library(small_clip, config_home):
