@@ -360,3 +360,16 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path, monkeypatch, capsys, 
     assert rc == 2  # refused before any trial
     err = capsys.readouterr().err
     assert "edgeload[plot]" in err and "trial 0" not in err
+
+
+def test_profile_write_replaces_whole_files_and_names_an_unwritable_place(tmp_path):
+    here = probe()
+    target = tmp_path / "cfg" / "profile.toml"
+    write_profile(_result({"num_workers": 2}), platform=here, path=target)
+    write_profile(_result({"num_workers": 4}), platform=here, path=target)
+    assert tomllib.loads(target.read_text())["profile"] == {"num_workers": 4}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["profile.toml"]  # no temp left
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"cannot write the tuned profile to .*a-file"):
+        write_profile(_result({"num_workers": 2}), platform=here, path=blocker / "p.toml")
