@@ -10,10 +10,13 @@ the owner unlinks it on close, on garbage collection and at interpreter exit.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import logging
 import mmap
 import os
 import secrets
 import threading
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -28,10 +31,18 @@ __all__ = [
     "attach",
     "check_shm_space",
     "detach_all",
+    "sweep_stale_segments",
 ]
 
 SHM_DIR = "/dev/shm"
 """Where shared slots live (a tmpfs on Linux; Docker gives it 64 MiB by default)."""
+SEGMENT_PREFIX = "edgeload-"
+# A segment younger than this is never swept: its creator may not hold its lock yet.
+_SWEEP_MIN_AGE_S = 30.0
+
+_log = logging.getLogger("edgeload")
+_swept: set[str] = set()
+_sweep_lock = threading.Lock()
 
 _MIB = 1 << 20
 
@@ -79,15 +90,19 @@ class SharedSegment:
         self.name: str | None = f"edgeload-{os.getpid()}-{tag}-{secrets.token_hex(4)}"
         self.shm_dir = shm_dir
         self.path = os.path.join(shm_dir, self.name)
+        sweep_stale_segments(shm_dir)
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
+            # Held for the segment's life: a sweeper in a later process can take the
+            # exclusive lock only once this owner is gone (even SIGKILLed).
+            fcntl.flock(fd, fcntl.LOCK_SH)
             os.ftruncate(fd, nbytes)
             self._mmap: mmap.mmap | None = mmap.mmap(fd, nbytes)
         except BaseException:
             os.unlink(self.path)
-            raise
-        finally:
             os.close(fd)
+            raise
+        self._lock_fd: int | None = fd
         self.buffer = memoryview(self._mmap)
         self._owner_pid = os.getpid()
 
@@ -96,12 +111,65 @@ class SharedSegment:
         if os.getpid() == self._owner_pid:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self.buffer.release()
         if self._mmap is not None:
             # A batch the user kept still maps it: then it is unmapped when that goes.
             with contextlib.suppress(BufferError):
                 self._mmap.close()
             self._mmap = None
+
+
+def sweep_stale_segments(shm_dir: str = SHM_DIR, *, force: bool = False) -> list[str]:
+    """Unlink segments whose owning process is gone; once per directory and process
+    unless ``force``.
+
+    A process killed with SIGKILL cannot unlink its segments. Each owner holds a shared
+    ``flock`` on its segment, so a segment on which an exclusive lock succeeds has no
+    owner left - this holds across PID namespaces sharing one ``/dev/shm``, where a PID
+    check would not.
+
+    Returns:
+        The names removed.
+    """
+    with _sweep_lock:
+        if shm_dir in _swept and not force:
+            return []
+        _swept.add(shm_dir)
+    removed = []
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(SEGMENT_PREFIX)]
+    except OSError:
+        return []
+    now = time.time()
+    for name in names:
+        path = os.path.join(shm_dir, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime < _SWEEP_MIN_AGE_S:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # an owner still holds it (or it vanished)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            removed.append(name)
+        finally:
+            os.close(fd)
+    if removed:
+        _log.warning(
+            "removed %d shared-memory segment(s) left in %s by killed processes: %s",
+            len(removed),
+            shm_dir,
+            ", ".join(removed),
+        )
+    return removed
 
 
 class HostMemory:

@@ -219,3 +219,50 @@ def test_latest_prefetch_recycles_dropped_slots():
         assert len(seen) + stats.drops == 200
         assert seen == sorted(seen) and seen[-1] == 199
         assert pool.stats().count == 6 and pool.stats().free == 6
+
+
+def test_segments_of_a_killed_process_are_swept_by_the_next_one(tmp_path):
+    """SIGKILL leaves the owner no chance to unlink; the next pool that starts removes them."""
+    import signal
+    import subprocess
+    import sys
+
+    from edgeload._shm import sweep_stale_segments
+
+    code = (
+        "import sys, os, time\n"
+        "from edgeload.buffers import SlotPool\n"
+        "pool = SlotPool((4, 64), 'uint8', count=2, shared=True, shm_dir=sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        # Old enough to sweep, but the owner still holds its lock: kept.
+        left = sorted(os.listdir(tmp_path))
+        assert left
+        for name in left:
+            os.utime(tmp_path / name, (time.time() - 3600, time.time() - 3600))
+        assert sweep_stale_segments(str(tmp_path), force=True) == []
+        assert sorted(os.listdir(tmp_path)) == left
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+        child.stdout.close()
+    assert sorted(os.listdir(tmp_path)) == left  # nothing could unlink them
+    assert sorted(sweep_stale_segments(str(tmp_path), force=True)) == left
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_fresh_segment_is_not_swept_before_its_owner_locks_it(tmp_path):
+    from edgeload._shm import sweep_stale_segments
+
+    orphan = tmp_path / "edgeload-1-slots-deadbeef"
+    orphan.write_bytes(b"x" * 16)  # no owner, but just created: too young to judge
+    assert sweep_stale_segments(str(tmp_path), force=True) == []
+    assert orphan.exists()
