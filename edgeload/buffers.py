@@ -157,7 +157,14 @@ class SlotPool:
         self.reserve = reserve
         self._copies = 0
         self._core = PoolCore(name)
-        self._grow(count)
+        if mode == "managed":
+            # Attaching managed memory to a CUDA stream covers its whole allocation: on a
+            # Jetson without I/O coherency, a CPU write into one slot while the GPU reads
+            # another in the same allocation faults. One allocation per slot keeps them apart.
+            for _ in range(count):
+                self._grow(1)
+        else:
+            self._grow(count)
         self._finalizer = weakref.finalize(self, self._core.close)
 
     def __enter__(self) -> SlotPool:

@@ -266,3 +266,22 @@ def test_a_fresh_segment_is_not_swept_before_its_owner_locks_it(tmp_path):
     orphan.write_bytes(b"x" * 16)  # no owner, but just created: too young to judge
     assert sweep_stale_segments(str(tmp_path), force=True) == []
     assert orphan.exists()
+
+
+def test_managed_slots_get_one_allocation_each(monkeypatch):
+    """Managed memory attaches to a stream per allocation, so slots must not share one."""
+    from edgeload import buffers
+
+    sizes: list[int] = []
+
+    def host_counting(nbytes, shared, shm_dir):
+        sizes.append(nbytes)
+        return buffers._allocate_host(nbytes, shared, shm_dir)
+
+    monkeypatch.setitem(buffers._ALLOCATORS, "managed", host_counting)
+    with SlotPool((2, 8), "uint8", count=3, mode="managed") as pool:
+        assert len(sizes) == 3
+        assert len({pool.acquire(timeout_s=1).array.ctypes.data for _ in range(3)}) == 3
+    monkeypatch.setitem(buffers._ALLOCATORS, "host", host_counting)
+    with SlotPool((2, 8), "uint8", count=3, mode="host"):
+        assert len(sizes) == 4  # host slots share one allocation
