@@ -8,6 +8,7 @@ state, which is what makes a mid-epoch resume exact.
 
 from __future__ import annotations
 
+import copy
 import pickle
 import traceback
 from collections.abc import Callable
@@ -102,6 +103,8 @@ class Fetcher:
         self.worker_id = worker_id
         self.mode = mode
         """``"main"`` (num_workers=0: no seeding, no worker info), "thread" or "process"."""
+        self.dataset = _worker_copy(spec.dataset) if mode == "thread" else spec.dataset
+        """This worker's dataset object (``get_worker_info().dataset``)."""
         self.info: Any = None
         self._iter: Any = None
         self._ended = False
@@ -115,7 +118,7 @@ class Fetcher:
         spec = self.spec
         if self.mode != "main" and self._seeded_base != start.base_seed:
             self.info = enter_worker(
-                spec.dataset,
+                self.dataset,
                 worker_id=self.worker_id,
                 num_workers=spec.num_workers,
                 base_seed=start.base_seed,
@@ -128,7 +131,7 @@ class Fetcher:
             restore_rng(self.info, start.rng)
         self._consumed = 0
         self._ended = start.ended
-        self._iter = iter(spec.dataset) if spec.iterable and not start.ended else None
+        self._iter = iter(self.dataset) if spec.iterable and not start.ended else None
         for _ in range(start.skip_samples):
             try:
                 next(self._iter)
@@ -173,7 +176,7 @@ class Fetcher:
             or spec.iterable
             or not spec.auto_collation
             or spec.collate_fn is not None
-            or (getattr(spec.dataset, "__getitems__", None) and not spec.skip_errors)
+            or (getattr(self.dataset, "__getitems__", None) and not spec.skip_errors)
             or len(task.index) > layout.batch_size
         ):
             return None
@@ -223,7 +226,7 @@ class Fetcher:
         if not spec.auto_collation:
             sample = self._one(task.index, result)
             return [] if sample is _SKIPPED else [sample]
-        getitems = getattr(spec.dataset, "__getitems__", None)
+        getitems = getattr(self.dataset, "__getitems__", None)
         if getitems and not spec.skip_errors:
             try:
                 return list(getitems(task.index))
@@ -238,7 +241,7 @@ class Fetcher:
 
     def _one(self, index: Any, result: Result) -> Any:
         try:
-            return self.spec.dataset[index]
+            return self.dataset[index]
         except Exception as exc:
             if not self.spec.skip_errors:
                 raise _SampleError(index, exc) from exc
@@ -293,6 +296,19 @@ class Fetcher:
 
 
 _SKIPPED = object()
+
+
+def _worker_copy(dataset: Any) -> Any:
+    """A shallow copy for one thread worker, as each torch worker process has its own.
+
+    ``worker_init_fn`` commonly assigns to ``get_worker_info().dataset`` (a shard's start
+    and end); on a shared object, threads would overwrite each other's.  A shallow copy
+    shares the data itself (arrays, file handles), so it costs no memory.
+    """
+    try:
+        return copy.copy(dataset)
+    except Exception:
+        return dataset  # not copyable: every thread uses the one object
 
 
 def _pickles(exc: BaseException) -> bool:

@@ -107,6 +107,25 @@ class ShardedIterDS(IterableDataset):
         return iter(range(cut) if info.id == 0 else range(cut, self.n))
 
 
+class RangeDS(IterableDataset):
+    """torch's documented IterableDataset example: worker_init_fn splits [start, end)."""
+
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def __iter__(self):
+        return iter(range(self.start, self.end))
+
+
+def split_range(worker_id):
+    # Assigns to the worker's own copy of the dataset, as torch's docs show.
+    info = torch.utils.data.get_worker_info()
+    ds = info.dataset
+    per_worker = -(-(ds.end - ds.start) // info.num_workers)
+    ds.start = ds.start + worker_id * per_worker
+    ds.end = min(ds.start + per_worker, ds.end)
+
+
 def pair_collate(samples):
     return {"n": len(samples), "items": [s for s in samples]}
 
@@ -201,6 +220,15 @@ def test_sharded_iterable_dataset_matches_torch_workers(mode, batch_size):
     if mode["num_workers"] == 0:
         torch_kw = {}
     ours, theirs = run_both(ShardedIterDS, mode, torch_kw, batch_size=batch_size)
+    assert_same_batches(ours, theirs)
+
+
+@pytest.mark.parametrize("mode", [MODES[1], pytest.param(None, id="processes")])
+def test_worker_init_fn_configuring_its_dataset_copy_matches_torch(mode):
+    fork = {"num_workers": 2, "multiprocessing_context": "fork"}
+    ours_kw = {**fork, "worker_kind": "process"} if mode is None else mode
+    kw = {"batch_size": 2, "worker_init_fn": split_range}
+    ours, theirs = run_both(lambda: RangeDS(3, 14), ours_kw, fork, **kw)
     assert_same_batches(ours, theirs)
 
 
