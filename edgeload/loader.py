@@ -24,7 +24,15 @@ from ._fetch import FetchSpec
 from ._loader_exec import make_executor
 from ._loader_iter import EpochIterator
 from ._loader_slots import LoaderSlots
-from ._sampling import KEY_GENERATOR_STATE, EpochOrder, _decode_state, _encode_state, build_sampling
+from ._loader_state import (
+    KEY_EPOCH,
+    KEY_ORDER,
+    KEY_PROGRESS,
+    apply_loader_state,
+    check_arguments,
+    loader_state,
+)
+from ._sampling import EpochOrder, build_sampling
 from ._worker_ctx import get_worker_info, install_torch_hook
 from .errors import ClosedError, WorkerError
 
@@ -32,16 +40,6 @@ __all__ = ["DataLoader", "get_worker_info"]
 
 _log = logging.getLogger("edgeload")
 
-STATE_VERSION = 1
-KEY_VERSION = "version"
-KEY_EPOCH = "epoch"
-KEY_ORDER = "order"
-KEY_PROGRESS = "progress"
-KEY_NUM_WORKERS = "num_workers"
-KEY_WORKER_KIND = "worker_kind"
-KEY_BASE_SEED = "base_seed"
-KEY_SKIPPED = "samples_skipped"
-_KINDS = ("auto", "thread", "process")
 # Skipped samples remembered for stats(), newest last.
 _SKIP_MEMORY = 32
 
@@ -93,30 +91,16 @@ class DataLoader:
         on_error: Literal["raise", "skip"] = "raise",
         max_skips: int = 0,
     ) -> None:
-        if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
-            raise ValueError(
-                f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}; use "
-                "num_workers=0 to load in the calling thread"
-            )
-        if timeout < 0:
-            raise ValueError(f"timeout option should be non-negative, got {timeout}")
-        if worker_kind not in _KINDS:
-            raise ValueError(f"worker_kind must be one of {_KINDS}, got {worker_kind!r}")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if not isinstance(max_skips, int) or max_skips < 0:
-            raise ValueError(f"max_skips must be an int >= 0, got {max_skips!r}")
-        if prefetch_factor is not None and prefetch_factor < 0:
-            raise ValueError("prefetch_factor option should be non-negative")
-        if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError(
-                "prefetch_factor option could only be specified with num_workers > 0; "
-                "set prefetch_factor=None"
-            )
-        if persistent_workers and num_workers == 0:
-            raise ValueError("persistent_workers option needs num_workers > 0")
-        if prefetch_bytes is not None and prefetch_bytes < 1:
-            raise ValueError(f"prefetch_bytes must be >= 1 or None, got {prefetch_bytes}")
+        check_arguments(
+            num_workers=num_workers,
+            timeout=timeout,
+            worker_kind=worker_kind,
+            on_error=on_error,
+            max_skips=max_skips,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            prefetch_bytes=prefetch_bytes,
+        )
         self.dataset = dataset
         self._sampling = build_sampling(
             dataset,
@@ -291,21 +275,7 @@ class DataLoader:
         Taken after batch k, loading it into a loader built with the same arguments
         gives exactly batches k+1... of the uninterrupted run.
         """
-        state: dict[str, Any] = {
-            KEY_VERSION: STATE_VERSION,
-            KEY_EPOCH: self._epoch,
-            KEY_NUM_WORKERS: self._num_workers_resolved,
-            KEY_WORKER_KIND: self.worker_kind_resolved,
-            KEY_SKIPPED: self._counters["samples_skipped"],
-        }
-        if self._resume is not None:
-            return {**self._resume, KEY_SKIPPED: state[KEY_SKIPPED]}
-        if self._iter is not None and not self._iter._done:
-            state[KEY_ORDER] = dict(self._iter._order.state)
-            state[KEY_PROGRESS] = self._iter.state()
-        elif self.generator is not None:
-            state[KEY_GENERATOR_STATE] = _encode_state(self.generator)
-        return state
+        return loader_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``.
@@ -313,20 +283,7 @@ class DataLoader:
         Raises:
             ValueError: not a loader state, or one of another version.
         """
-        if not isinstance(state, dict) or state.get(KEY_VERSION) != STATE_VERSION:
-            got = state.get(KEY_VERSION) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(
-                f"not an edgeload DataLoader state of version {STATE_VERSION} (got "
-                f"version {got!r}); pass what state_dict() returned"
-            )
-        self._abandon()
-        self._counters["samples_skipped"] = int(state.get(KEY_SKIPPED, 0))
-        if KEY_ORDER in state:
-            self._resume = dict(state)
-        else:
-            self._epoch = int(state[KEY_EPOCH])
-            if self.generator is not None and KEY_GENERATOR_STATE in state:
-                _decode_state(self.generator, state[KEY_GENERATOR_STATE])
+        apply_loader_state(self, state)
 
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, slots."""
