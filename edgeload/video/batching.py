@@ -143,20 +143,23 @@ class Assembler:
             if place is None or place >= batch.size:
                 return None
             return place if latest or meta.stream_id[place] < 0 else None
+        free = np.flatnonzero(meta.stream_id < 0)
+        if not latest:
+            # ``every`` streams deliver all their frames anyway: first come, first placed,
+            # so a fast file never waits for a slow one (order per stream still holds).
+            return int(free[0]) if len(free) else None
+        # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
         mine = np.flatnonzero(meta.stream_id == stream_id)
-        share = math.ceil(batch.size / max(1, len(self._active())))
-        if len(mine) < share:
-            free = np.flatnonzero(meta.stream_id < 0)
-            if len(free):
-                return int(free[0])
-        return int(mine[-1]) if latest and len(mine) else None
+        if len(free) and len(mine) < math.ceil(batch.size / max(1, len(self._active()))):
+            return int(free[0])
+        return int(mine[-1]) if len(mine) else None
 
     def claim(self, stream_id: int, *, latest: bool) -> tuple[_Open, int] | None:
         """Reserve a place for a frame of ``stream_id``: ``(batch, place)``, or None to drop it.
 
         ``latest`` takes a free place in the newest open batch, else overwrites its own
         frame there (never waits); ``every`` takes the first free place in any open
-        batch, opens another (up to ``MAX_OPEN``), or waits for room.
+        batch (with a fixed batch size: any free place, first come), opens another (up to ``MAX_OPEN``), or waits for room.
         """
         with self._cond:
             while not self._stop.is_set():
