@@ -6,6 +6,7 @@ short trials; the search itself is checked on a known, deterministic objective.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -16,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tomllib
 from _media import clip, media_dir
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 
 from edgeload import cli, load_profile, plan_for, probe
 from edgeload._autotune_profile import power_mode, render_toml
+from edgeload._autotune_report import format_table
 from edgeload._autotune_search import Knob, coordinate_search, grid_size, pick_winner
 from edgeload._cli_autotune import parse_memory
 from edgeload.autotune import Trial, TuneResult, VideoWorkload, autotune, write_profile
@@ -373,3 +376,63 @@ def test_profile_write_replaces_whole_files_and_names_an_unwritable_place(tmp_pa
     blocker.write_text("")
     with pytest.raises(ValueError, match=r"cannot write the tuned profile to .*a-file"):
         write_profile(_result({"num_workers": 2}), platform=here, path=blocker / "p.toml")
+
+
+class MemoryHungryWorkload:
+    """A real Workload: each worker holds 24 MiB of touched memory and adds throughput."""
+
+    kind = "dataset"
+    name = "synthetic: 24 MiB per worker"
+    batch = 4
+    knob_names = ("num_workers",)
+    per_worker = 24 << 20
+
+    def check(self):
+        pass
+
+    def plan_args(self, batch):
+        return {"item_bytes": 1024, "batch": batch}
+
+    def batch_bytes(self, batch):
+        return 1024 * batch
+
+    @contextlib.contextmanager
+    def open(self, config):
+        workers = config["num_workers"]
+        held = np.ones(workers * self.per_worker, np.uint8)  # written, so it is resident
+
+        def batches():
+            while True:
+                time.sleep(0.004 / workers)
+                yield 10, None
+
+        try:
+            yield batches()
+        finally:
+            del held
+
+
+def test_trials_over_the_memory_ceiling_are_rejected_by_measured_pss():
+    from edgeload.measure import tree_pss_bytes
+
+    ceiling = tree_pss_bytes() + (60 << 20)  # 2 workers (48 MiB) fit, 3 (72 MiB) do not
+    result = autotune(MemoryHungryWorkload(), max_memory_bytes=ceiling, trial_seconds=0.2,
+                      warmup_seconds=0.05, budget_seconds=20)  # fmt: skip
+    by_workers = {t.config["num_workers"]: t for t in result.trials}
+    assert by_workers[3].status == "over memory"
+    assert by_workers[3].measurement.peak_pss_bytes > ceiling
+    assert result.best is not None and result.best.config["num_workers"] == 2
+    assert result.best.measurement.peak_pss_bytes <= ceiling
+
+
+def test_interrupted_run_keeps_its_trials_and_can_still_be_written(tmp_path):
+    def interrupt_before_trial_1(result, config):
+        if config is not None and len(result.trials) == 1:
+            raise KeyboardInterrupt
+
+    result = autotune(MemoryHungryWorkload(), trial_seconds=0.2, warmup_seconds=0.05,
+                      budget_seconds=20, progress=interrupt_before_trial_1)  # fmt: skip
+    assert result.interrupted and len(result.trials) == 1 and result.winner == 0
+    assert "interrupted" in format_table(result)
+    path = result.write(tmp_path / "partial.toml", platform=probe())  # --write-partial
+    assert tomllib.loads(path.read_text())["profile"] == dict(result.trials[0].config)
