@@ -207,9 +207,10 @@ class EpochIterator(Iterator[Any]):
             return _NOTHING
         if result.layout is not None:
             loader._slots.offer_layout(result.layout)
+        from_slot = slot is not None and result.rows > 0
         batch = loader._slots.finish(slot, result)
         self._mark_yielded(result.position)
-        return loader._deliver(batch)
+        return loader._deliver(batch, from_slot=from_slot)
 
     def _mark_yielded(self, position: int) -> None:
         if position == self._yielded:

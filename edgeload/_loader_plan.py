@@ -22,6 +22,8 @@ class LoaderChoice:
     worker_kind: str
     """``"main"`` (num_workers=0), ``"thread"`` or ``"process"``."""
     pin_memory: bool
+    memory_mode: str
+    """Slot memory: the plan's mode (``host`` without CUDA)."""
     slot_count: int
     prefetch_bytes: int | None
 
@@ -58,6 +60,7 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
         num_workers=count,
         worker_kind="main" if count == 0 else str(kind),
         pin_memory=bool(pin),
+        memory_mode=str(plan.memory_mode),
         slot_count=max(2, in_flight + 1),
         prefetch_bytes=int(plan.prefetch_bytes) or None,
     )

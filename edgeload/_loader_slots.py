@@ -10,10 +10,14 @@ runs without one, so a user who keeps every batch slows nothing down and loses n
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from . import _collate
 from ._fetch import Result
+from .errors import PlatformError
+
+_log = logging.getLogger("edgeload")
 
 
 class LoaderSlots:
@@ -39,16 +43,29 @@ class LoaderSlots:
         max_bytes = None
         if self._max_bytes is not None:
             max_bytes = max(self._max_bytes, self._count * layout.nbytes + (64 << 10))
-        self._pool = SlotPool(
+        try:
+            self._pool = self._make_pool(SlotPool, layout, max_bytes, self._mode)
+        except PlatformError as exc:
+            _log.warning("edgeload: loader slots in host memory: %s", exc)
+            self._mode = "host"
+            self._pool = self._make_pool(SlotPool, layout, max_bytes, "host")
+        self.layout = layout
+
+    def _make_pool(self, cls: Any, layout: _collate.SlotLayout, max_bytes: Any, mode: str) -> Any:
+        return cls(
             (layout.nbytes,),
             "uint8",
             count=self._count,
             max_bytes=max_bytes,
-            mode=self._mode,  # type: ignore[arg-type]
+            mode=mode,
             shared=self._shared,
             name="edgeload-loader-slots",
         )
-        self.layout = layout
+
+    @property
+    def page_locked(self) -> bool:
+        """Whether slot memory is already page-locked (a GPU mode): no pinning needed."""
+        return self._pool is not None and self._mode != "host"
 
     def acquire(self, index: Any) -> tuple[Any, _collate.SlotLayout | None]:
         """A free slot for a task of ``index`` and its layout, or ``(None, None)``."""

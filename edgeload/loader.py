@@ -202,7 +202,8 @@ class DataLoader:
             count=choice.slot_count,
             max_bytes=choice.prefetch_bytes,
             shared=choice.worker_kind == "process",
-            mode="host",
+            # GPU memory modes cannot be shared with processes: those get host slots.
+            mode="host" if choice.worker_kind == "process" else choice.memory_mode,
         )
 
     def _executor_for_epoch(self) -> Any:
@@ -240,9 +241,9 @@ class DataLoader:
             limit = min(limit, max(1, budget // layout.nbytes))
         return limit
 
-    def _deliver(self, batch: Any) -> Any:
+    def _deliver(self, batch: Any, *, from_slot: bool) -> Any:
         self._counters["batches"] += 1
-        if self._pin:
+        if self._pin and not (from_slot and self._slots.page_locked):
             torch = require_torch()
             return torch.utils.data._utils.pin_memory.pin_memory(batch)
         return batch

@@ -180,3 +180,11 @@ def test_bad_arguments_are_named(kwargs, match):
 def test_iterable_dataset_rejects_shuffle_like_torch():
     with pytest.raises(ValueError, match="expected unspecified shuffle option"):
         DataLoader(ShardedIterDS(), shuffle=True)
+
+
+def test_a_gpu_memory_mode_without_cuda_is_refused_with_the_fix():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    loader = DataLoader(DictDS(), batch_size=4, num_workers=1, memory_mode="pinned")
+    with loader, pytest.raises(edgeload.PlatformError, match=r"memory_mode='pinned'.*'host'"):
+        next(iter(loader))
