@@ -48,6 +48,8 @@ class TuneResult:
     grid_size: int = 0
     """How many configurations the full grid over the same knobs has."""
     baseline_plan: Plan | None = None
+    tuned_batch: bool = False
+    """Whether the batch size was searched (only then does the profile carry it)."""
 
     @property
     def best(self) -> Trial | None:
@@ -62,7 +64,10 @@ class TuneResult:
         """
         if self.best is None:
             raise ProfileError("autotune: no trial was accepted, so there is no profile to write")
-        return validate_settings(profile_settings(self.best.config), where="autotune")
+        config = dict(self.best.config)
+        if not self.tuned_batch:
+            config.pop("batch_size", None)
+        return validate_settings(profile_settings(config), where="autotune")
 
     def write(
         self,

@@ -160,6 +160,7 @@ def autotune(
     knobs = _knobs(workload, platform, plan, tune_batch=tune_batch, ceiling=ceiling)
     result = TuneResult(workload.name, objective, ceiling, grid_size=grid_size(knobs))
     result.baseline_plan = plan
+    result.tuned_batch = tune_batch
     warmup = warmup_seconds if warmup_seconds is not None else max(0.5, trial_seconds / 4)
     began = time.monotonic()
     last_cost = [warmup + trial_seconds]

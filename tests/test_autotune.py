@@ -211,6 +211,7 @@ def test_video_autotune_writes_a_profile_that_changes_the_next_plan(
     data = tomllib.loads(written.read_text())
     assert data["tuned"]["model"] == here.model and data["tuned"]["version"]
     assert data["profile"]["prefetch_min_bytes"] == data["profile"]["prefetch_max_bytes"]
+    assert "batch_size" not in data["profile"]  # only written with --tune-batch
 
     tuned = plan_for(streams=2, frame=(64, 48), platform=here)
     assert tuned.profile_source.endswith(f"tuned:{written}")
