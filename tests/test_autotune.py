@@ -437,3 +437,35 @@ def test_interrupted_run_keeps_its_trials_and_can_still_be_written(tmp_path):
     assert "interrupted" in format_table(result)
     path = result.write(tmp_path / "partial.toml", platform=probe())  # --write-partial
     assert tomllib.loads(path.read_text())["profile"] == dict(result.trials[0].config)
+
+
+class BatchWorkload(MemoryHungryWorkload):
+    """Bigger batches amortise a fixed per-batch cost, up to 16 (then nothing gains)."""
+
+    name = "synthetic: fixed cost per batch"
+    batch = 4
+    knob_names = ("num_workers", "batch_size")
+    per_worker = 0
+
+    @contextlib.contextmanager
+    def open(self, config):
+        size = config["batch_size"]
+
+        def batches():
+            while True:
+                time.sleep(0.004)
+                yield min(size, 16), None
+
+        yield batches()
+
+
+def test_batch_size_is_searched_and_written_only_when_asked(tmp_path):
+    plain = autotune(BatchWorkload(), trial_seconds=0.15, warmup_seconds=0.05,
+                     budget_seconds=20, max_trials=2)  # fmt: skip
+    assert {t.config["batch_size"] for t in plain.trials} == {4}
+    assert "batch_size" not in plain.settings()
+
+    tuned = autotune(BatchWorkload(), trial_seconds=0.15, warmup_seconds=0.05,
+                     budget_seconds=20, tune_batch=True)  # fmt: skip
+    assert tuned.best is not None and tuned.best.config["batch_size"] == 16
+    assert tuned.settings()["batch_size"] == 16
