@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -224,14 +225,14 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
             counts[i] += 1
             ok, _ = cap.read(image=buf)
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), _cpu_s()
     threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(paths)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(_TIMEOUT_S)
     return {"frames": sum(counts), "seconds": time.monotonic() - start,
-            "ffmpeg_threads": ffmpeg_threads}  # fmt: skip
+            "ffmpeg_threads": ffmpeg_threads, "cpu_s": _cpu_s() - cpu}  # fmt: skip
 
 
 def _child(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
@@ -240,6 +241,23 @@ def _child(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
     import cv2  # noqa: F401
     import torch  # noqa: F401
 
+    before = _cpu_s()
+    result = _child_mode(mode, paths, latency)
+    result.setdefault("cpu_s", _cpu_s() - before)
+    return result
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (torch workers): a figure the
+    load of other work on a shared box changes much less than wall time."""
+    return sum(
+        r.ru_utime + r.ru_stime
+        for r in (resource.getrusage(resource.RUSAGE_SELF),
+                  resource.getrusage(resource.RUSAGE_CHILDREN))
+    )  # fmt: skip
+
+
+def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
     if mode == "edgeload":
         return _edgeload(paths)
     if mode == "plain":
@@ -292,7 +310,8 @@ def run(args: argparse.Namespace) -> int:
             runs[mode].append(_run_child(mode, hd, 0.0))
             r = runs[mode][-1]
             print(f"{mode:>10}: {r['frames'] / r['seconds']:7.1f} frames/s  peak PSS "
-                  f"{r['peak_pss_mib']:6.0f} MiB", flush=True)  # fmt: skip
+                  f"{r['peak_pss_mib']:6.0f} MiB  CPU {1000 * r['cpu_s'] / r['frames']:5.2f} "
+                  "ms/frame", flush=True)  # fmt: skip
     for mode in chosen:
         fps = [r["frames"] / r["seconds"] for r in runs[mode]]
         report["modes"][mode] = {
@@ -300,6 +319,9 @@ def run(args: argparse.Namespace) -> int:
             "fps": statistics.median(fps),
             "fps_runs": [round(f, 1) for f in fps],
             "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in runs[mode]),
+            "cpu_ms_per_frame": statistics.median(
+                1000 * r["cpu_s"] / r["frames"] for r in runs[mode]
+            ),
         }
     modes = report["modes"]
     if "ceiling" in modes:
