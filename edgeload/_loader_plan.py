@@ -33,6 +33,9 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
     from .plan import plan_for
 
     explicit_kind = loader.worker_kind if loader.worker_kind != "auto" else None
+    if explicit_kind is None and loader.multiprocessing_context is not None:
+        # A start method only means something for processes: the user asked for them.
+        explicit_kind = "process"
     explicit_count = loader.num_workers if loader.num_workers != "auto" else None
     plan = plan_for(
         batch=loader.batch_size or 1,

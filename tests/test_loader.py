@@ -311,3 +311,14 @@ def test_fixed_size_batches_use_few_reused_slots_and_kept_batches_stay_intact(ki
         stats = loader.stats()
         assert stats["slot_bytes"] >= 4 * 3 * 8 * 8
         assert stats["slots"] <= 12 < len(loader)
+
+
+def test_a_start_method_means_process_workers_and_auto_means_the_plan():
+    with DataLoader(DictDS(), batch_size=8, num_workers=1, multiprocessing_context="fork") as ld:
+        assert sum(len(b["y"]) for b in ld) == N
+        assert ld.stats()["worker_kind"] == "process"
+    with DataLoader(DictDS(), batch_size=8) as ld:
+        list(ld)
+        plan = edgeload.plan_for(batch=8)
+        assert ld.stats()["num_workers"] == plan.num_workers
+        assert ld.stats()["worker_kind"] == plan.worker_kind
