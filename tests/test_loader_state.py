@@ -89,6 +89,22 @@ def test_resume_process_workers():
     assert_same_batches(tail, full[3:])
 
 
+def test_state_from_thread_workers_resumes_in_process_workers():
+    # Thread workers' own generators are seeded like process workers' globals, and the
+    # state carries their states in one format: the kinds are interchangeable.
+    procs = {"num_workers": 2, "worker_kind": "process", "multiprocessing_context": "fork"}
+    with make(AugDS(), procs, batch_size=3, shuffle=True) as loader:
+        full = list(loader)
+    with make(AugDS(), THREADS, batch_size=3, shuffle=True) as loader:
+        it = iter(loader)
+        for _ in range(4):
+            next(it)
+        state = loader.state_dict()
+    with make(AugDS(), procs, batch_size=3, shuffle=True) as loader:
+        loader.load_state_dict(state)
+        assert_same_batches(list(loader), full[4:])
+
+
 def test_resume_without_generator_uses_the_saved_shuffle():
     def make_loader():
         return DataLoader(TupleDS(), batch_size=4, shuffle=True, **THREADS)
