@@ -7,6 +7,7 @@ short trials; the search itself is checked on a known, deterministic objective.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -380,13 +381,13 @@ def test_profile_write_replaces_whole_files_and_names_an_unwritable_place(tmp_pa
 
 
 class MemoryHungryWorkload:
-    """A real Workload: each worker holds 24 MiB of touched memory and adds throughput."""
+    """A real Workload: each worker holds 40 MiB of touched memory and adds throughput."""
 
     kind = "dataset"
-    name = "synthetic: 24 MiB per worker"
+    name = "synthetic: 40 MiB per worker"
     batch = 4
     knob_names = ("num_workers",)
-    per_worker = 24 << 20
+    per_worker = 40 << 20
 
     def check(self):
         pass
@@ -416,7 +417,8 @@ class MemoryHungryWorkload:
 def test_trials_over_the_memory_ceiling_are_rejected_by_measured_pss():
     from edgeload.measure import tree_pss_bytes
 
-    ceiling = tree_pss_bytes() + (60 << 20)  # 2 workers (48 MiB) fit, 3 (72 MiB) do not
+    gc.collect()  # memory an earlier test left for the collector must not free mid-run
+    ceiling = tree_pss_bytes() + (100 << 20)  # 2 workers (80 MiB) fit, 3 (120 MiB) do not
     result = autotune(MemoryHungryWorkload(), max_memory_bytes=ceiling, trial_seconds=0.2,
                       warmup_seconds=0.05, budget_seconds=20)  # fmt: skip
     by_workers = {t.config["num_workers"]: t for t in result.trials}
