@@ -3,9 +3,10 @@
 Same samples in the same order as ``torch.utils.data.DataLoader`` for the same
 arguments and seeds (it uses torch's own samplers, seeding rules and worker
 assignment); in addition ``num_workers="auto"`` / ``worker_kind="auto"`` take the
-device plan (threads where decode releases the GIL, processes for GIL-bound Python
-work where memory allows), fixed-size samples are collated straight into reusable
-slots, and ``state_dict()`` resumes mid-epoch exactly.
+device plan (how many workers fit the usable cores; threads, which suit decoding that
+releases the GIL and share memory, unless the profile or ``worker_kind="process"`` asks
+for processes), fixed-size samples are collated straight into reusable slots, and
+``state_dict()`` resumes mid-epoch exactly, for thread and process workers alike.
 
 One iterator is live at a time: ``iter(loader)`` ends the previous pass (torch does the
 same with ``persistent_workers=True``).
@@ -57,13 +58,19 @@ class DataLoader:
             ``pinned``; on a device without CUDA that is never).
         worker_kind: ``"thread"``, ``"process"`` or ``"auto"`` (the plan's).
         prefetch_bytes: bound on the bytes of prefetched batches (default: the plan's).
-        memory_mode: slot memory, ``"auto"`` (the plan's) or ``"host"``.
+        memory_mode: slot memory: ``"auto"`` (the plan's), ``"host"``, or a GPU mode
+            (``"pinned"``, ``"mapped"``, ``"managed"``; thread workers only).
         on_error: ``"raise"`` (WorkerError naming the sample) or ``"skip"`` (drop the
             sample, count it in ``stats()``; more than ``max_skips`` in one epoch raises).
         max_skips: most samples skipped per epoch with ``on_error="skip"``.
 
     Raises:
         ValueError: an argument torch rejects (same wording) or a bad edgeload one.
+
+    Iterating raises :class:`~edgeload.errors.WorkerError` (a sample failed, naming its
+    index; a worker process died), :class:`~edgeload.errors.WorkerTimeout` (no batch
+    within ``timeout``) and :class:`~edgeload.errors.PlatformError` (a memory mode this
+    device lacks). ``plan`` holds the plan consulted; ``stats()`` the counters.
     """
 
     def __init__(
