@@ -12,6 +12,7 @@ from ._autotune_report import ProgressLine, format_table, save_plot
 from ._cli_probe import _frame
 from ._deps import has_module
 from .errors import MissingDependency, ProfileError
+from .profile import PROFILE_ENV, tuned_profile_path
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -116,8 +117,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(result))
         if written:
-            print(f"wrote {written}; every loader on this device now plans with it "
-                  "(`edgeload probe` shows it as the profile source)")  # fmt: skip
+            found = tuned_profile_path()
+            if found is not None and found.resolve() != written.resolve():
+                print(f"wrote {written}, but {found} is found first ({PROFILE_ENV}, then the "
+                      "user config dir, win over the system dir); remove it or unset it")  # fmt: skip
+            else:
+                print(f"wrote {written}; every loader on this device now plans with it "
+                      "(`edgeload probe` shows it as the profile source)")  # fmt: skip
         elif result.interrupted:
             print("nothing written (interrupted; --write-partial writes the best so far)")
     if result.interrupted:
