@@ -118,24 +118,40 @@ def test_bad_source_is_refused_before_any_thread_starts(media):
     assert _edgeload_threads() == []
 
 
-def test_resume_continues_where_the_consumer_stopped(media):
+@pytest.fixture(scope="module")
+def uninterrupted(media):
+    with StreamLoader([media["small"], media["wide"]], size=(48, 48)) as loader:
+        return [b.frames.numpy().copy() for b in loader]
+
+
+@pytest.mark.parametrize("k", [0, 1, 12, 29, 30])
+def test_resume_at_any_step_yields_the_tail_of_an_uninterrupted_run(media, uninterrupted, k):
     sources = [media["small"], media["wide"]]
     with StreamLoader(sources, size=(48, 48)) as loader:
-        full = [b.frames.numpy().copy() for b in loader]
-    with StreamLoader(sources, size=(48, 48)) as loader:
-        for _ in range(12):
+        for _ in range(k):
             next(loader)
         state = loader.state_dict()
-    assert state == {
-        "version": 1,
-        "streams": [{"uri": str(p), "frame": 12} for p in sources],
-    }
+    assert state == {"version": 1, "streams": [{"uri": str(p), "frame": k} for p in sources]}
     resumed = StreamLoader(sources, size=(48, 48))
     resumed.load_state_dict(state)
     with resumed:
-        tail = [b for b in resumed]
-    assert [b.meta[0].seq for b in tail] == list(range(12, 30))
-    assert all(np.array_equal(a, b.frames.numpy()) for a, b in zip(full[12:], tail, strict=True))
+        tail = list(resumed)
+    assert [b.meta[0].seq for b in tail] == list(range(k, 30))
+    assert all(
+        np.array_equal(a, b.frames.numpy()) for a, b in zip(uninterrupted[k:], tail, strict=True)
+    )
+
+
+def test_load_state_dict_refuses_other_sources_and_late_calls(media):
+    other = {"version": 1, "streams": [{"uri": "/elsewhere.mp4", "frame": 3}]}
+    with StreamLoader([media["small"]], size=(32, 32)) as loader:
+        with pytest.raises(ValueError, match="give the same file sources in the same order"):
+            loader.load_state_dict(other)
+        with pytest.raises(ValueError, match="version 7 is not 1"):
+            loader.load_state_dict({"version": 7, "streams": []})
+        next(loader)
+        with pytest.raises(ValueError, match="must come before iteration starts"):
+            loader.load_state_dict(loader.state_dict())
 
 
 def test_batch_memory_is_reused_and_steady_state_allocates_no_frames(media):
