@@ -55,7 +55,9 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
         if not torch.cuda.is_available():
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
-    # One slot per task in flight (see DataLoader._max_in_flight) plus the user's batch.
+    # One slot per task in flight (see DataLoader._max_in_flight), one for the batch the
+    # user holds and one for the batch being handed over: `for batch in loader` still
+    # holds the previous batch while the next is leased.
     in_flight = (2 if loader.prefetch_factor is None else loader.prefetch_factor) * count
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
@@ -64,6 +66,6 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
         worker_kind="main" if count == 0 else str(kind),
         pin_memory=bool(pin),
         memory_mode=str(plan.memory_mode),
-        slot_count=max(2, in_flight + 1),
-        prefetch_bytes=int(plan.prefetch_bytes) or None,
+        slot_count=max(2, in_flight + 2),
+        prefetch_bytes=loader.prefetch_bytes or int(plan.prefetch_bytes) or None,
     )

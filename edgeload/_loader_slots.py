@@ -24,11 +24,11 @@ class LoaderSlots:
     """Owns the :class:`~edgeload.buffers.SlotPool` of one loader (or none)."""
 
     def __init__(
-        self, *, enabled: bool, count: int, max_bytes: int | None, shared: bool, mode: str
+        self, *, enabled: bool, count: int, budget_bytes: int | None, shared: bool, mode: str
     ) -> None:
         self.enabled = enabled
         self._count = max(2, count)
-        self._max_bytes = max_bytes
+        self._budget_bytes = budget_bytes
         self._shared = shared
         self._mode = mode
         self._pool: Any = None
@@ -40,9 +40,13 @@ class LoaderSlots:
             return
         from .buffers import SlotPool
 
+        if self._budget_bytes:
+            # The prefetch budget caps the tasks in flight at budget // nbytes (at least
+            # one); one slot each, plus the batch the user holds.
+            self._count = max(2, min(self._count, self._budget_bytes // layout.nbytes + 1))
+        # A fixed count (no max_bytes growth): when the user keeps batches, a task
+        # without a free slot gets fresh memory, which goes when the batch goes.
         max_bytes = None
-        if self._max_bytes is not None:
-            max_bytes = max(self._max_bytes, self._count * layout.nbytes + (64 << 10))
         try:
             self._pool = self._make_pool(SlotPool, layout, max_bytes, self._mode)
         except PlatformError as exc:

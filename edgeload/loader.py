@@ -143,7 +143,7 @@ class DataLoader:
         self._executor: Any = None
         self._iter: EpochIterator | None = None
         self._slots: LoaderSlots = LoaderSlots(
-            enabled=False, count=2, max_bytes=None, shared=False, mode="host"
+            enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
         )
         self._epoch = 0
         self._base_seed: int | None = None
@@ -207,7 +207,7 @@ class DataLoader:
         self._slots = LoaderSlots(
             enabled=self.collate_fn is None and self._sampling.auto_collation,
             count=choice.slot_count,
-            max_bytes=choice.prefetch_bytes,
+            budget_bytes=choice.prefetch_bytes,
             shared=choice.worker_kind == "process",
             # GPU memory modes cannot be shared with processes: those get host slots.
             mode="host" if choice.worker_kind == "process" else choice.memory_mode,

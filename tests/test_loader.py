@@ -322,3 +322,14 @@ def test_a_start_method_means_process_workers_and_auto_means_the_plan():
         plan = edgeload.plan_for(batch=8)
         assert ld.stats()["num_workers"] == plan.num_workers
         assert ld.stats()["worker_kind"] == plan.worker_kind
+
+
+def test_prefetch_bytes_bounds_the_slots_and_batches_in_flight():
+    batch_bytes = 4 * 3 * 8 * 8 + 64 + 4 * 8  # images, alignment, labels
+    loader = DataLoader(
+        ImageDS(60), batch_size=4, num_workers=2, worker_kind="thread", prefetch_bytes=batch_bytes
+    )
+    with loader:
+        labels = [int(v) for _, lab in loader for v in lab]
+        assert labels == list(range(60))
+        assert loader.stats()["slots"] == 2
