@@ -210,7 +210,9 @@ class Assembler:
                 meta.seq[place] = info.seq
                 meta.pts_ms[place] = info.pts_ms
                 meta.captured_at[place] = info.captured_at
-            self._cond.notify_all()
+            # Wake the mux only when it may act: waking it for every frame costs CPU.
+            if info is None or batch.sealing or self._fixed is None or meta.valid.all():
+                self._cond.notify_all()
 
     def _full(self, batch: _Open) -> bool:
         meta = batch.meta
