@@ -228,3 +228,16 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
     assert reader.reconnects >= 1, reader.last_error
     assert "stopped delivering frames" in (reader.last_error or "")
     assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect
+
+
+def test_target_for_shows_what_a_loader_would_open():
+    from edgeload.video import target_for
+    from edgeload.video.backends import opencv_has
+
+    target = target_for("rtsp://10.0.0.2/main")
+    if opencv_has("gstreamer"):
+        assert target.backend in ("gstreamer", "ffmpeg")
+    else:
+        assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://10.0.0.2/main")
+        with pytest.raises(SourceError, match="needs OpenCV with GStreamer"):
+            target_for(VideoSource("rtsp://10.0.0.2/main", backend="gstreamer"))

@@ -2,6 +2,14 @@
 
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, SourceState, VideoSource
-from .streams import StreamLoader
+from .streams import StreamLoader, target_for
 
-__all__ = ["Batch", "FrameInfo", "FrameMeta", "SourceState", "StreamLoader", "VideoSource"]
+__all__ = [
+    "Batch",
+    "FrameInfo",
+    "FrameMeta",
+    "SourceState",
+    "StreamLoader",
+    "VideoSource",
+    "target_for",
+]

@@ -24,7 +24,7 @@ from .._lifecycle import POLL_INTERVAL_S, State, join_threads
 from ..buffers import SlotPool
 from ..errors import ClosedError, WorkerTimeout
 from ..prefetch import END, Prefetcher
-from .backends import build_target, hardware_decoder
+from .backends import Target, build_target, hardware_decoder
 from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
 from .batching import MAX_OPEN, Assembler, Sealed
 from .reader import StreamReader
@@ -38,6 +38,29 @@ _JOIN_TIMEOUT_S = 10.0
 _WINDOW = 2048  # recent frame ages kept for the percentiles
 
 SourceLike = VideoSource | str | int | os.PathLike[str]
+
+
+def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) -> Target:
+    """What a loader on this device would open for ``source``: backend and exact string.
+
+    ``edgeload probe`` can show it; ``StreamLoader.stats()`` shows the same per stream.
+
+    Args:
+        source: as for :class:`StreamLoader`.
+        platform: the device (default: :func:`edgeload.probe.probe`).
+        plan: the loader's plan (default: a plan for one stream on ``platform``).
+
+    Raises:
+        SourceError: the source cannot be used here.
+    """
+    from ..plan import plan_for
+    from ..probe import probe
+
+    src = as_source(source)
+    platform = probe() if platform is None else platform
+    plan = plan_for(streams=1, platform=platform) if plan is None else plan
+    return build_target(src.kind, src.value, backend=src.backend,
+                        preferred=plan.decode_backend, decoder=hardware_decoder(platform))  # fmt: skip
 
 
 class StreamLoader:
@@ -111,7 +134,6 @@ class StreamLoader:
         self.plan = plan_for(
             streams=len(self._streams), frame=self.size, batch=batch, platform=self.platform
         )
-        self._decoder = hardware_decoder(self.platform)
         for stream in self._streams.values():
             self._target(stream)
         self._mode = "host" if memory_mode == "auto" and device is None else memory_mode
@@ -156,11 +178,7 @@ class StreamLoader:
         return stream
 
     def _target(self, stream: StreamEntry) -> None:
-        src = stream.source
-        stream.target = build_target(
-            src.kind, src.value, backend=src.backend,
-            preferred=self.plan.decode_backend, decoder=self._decoder,
-        )  # fmt: skip
+        stream.target = target_for(stream.source, platform=self.platform, plan=self.plan)
 
     def _make_pool(self, places: int) -> SlotPool:
         w, h = self.size
