@@ -71,8 +71,8 @@ class EpochIterator(Iterator[Any]):
         if len(saved) not in (0, self._n):
             raise ValueError(
                 f"the saved loader state has {len(saved)} workers but this loader runs "
-                f"{self._n}; pass num_workers={len(saved)} (and the same worker_kind) to "
-                "resume exactly"
+                f"{self._n}; pass num_workers={len(saved)} (threads or processes, either "
+                "resumes exactly)"
             )
         self._yielded = int(resume[KEY_YIELDED])
         self._ahead = {int(p) for p in resume.get(KEY_AHEAD, [])}

@@ -208,3 +208,17 @@ def test_persistent_workers_match_torch_across_epochs():
     theirs = list(theirs_loader) + list(theirs_loader)
     del theirs_loader
     assert_same_batches(ours, theirs)
+
+
+def test_resuming_with_another_worker_count_says_what_to_pass():
+    with make(DictDS(), THREADS, batch_size=4) as loader:
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+    three = {"num_workers": 3, "worker_kind": "thread"}
+    with make(DictDS(), three, batch_size=4) as loader:
+        loader.load_state_dict(state)
+        with pytest.raises(
+            ValueError, match="has 2 workers but this loader runs 3; pass num_workers=2"
+        ):
+            iter(loader)
