@@ -18,6 +18,7 @@ gets the same numbers in a thread worker as from the globals in a process worker
 from __future__ import annotations
 
 import base64
+import logging
 import random
 import threading
 from typing import Any
@@ -72,7 +73,17 @@ def install_torch_hook() -> None:
         scope: dict[str, Any] = {}
         exec(compile(_HOOK_SOURCE, "<edgeload worker-info hook>", "exec"), scope)
         worker.__dict__["_edgeload_thread_worker_info"] = _thread_info
-        fn.__code__ = scope["get_worker_info"].__code__
+        try:
+            fn.__code__ = scope["get_worker_info"].__code__
+        except (AttributeError, TypeError, ValueError) as exc:
+            # A torch whose get_worker_info is not a plain module function (a closure,
+            # a builtin): thread workers then answer through edgeload.get_worker_info().
+            del worker.__dict__["_edgeload_thread_worker_info"]
+            logging.getLogger("edgeload").warning(
+                "cannot make torch.utils.data.get_worker_info() see thread workers (%s); "
+                "use edgeload.get_worker_info() in datasets run by thread workers",
+                exc,
+            )
 
 
 def numpy_seed(base_seed: int, worker_id: int) -> list[int]:
