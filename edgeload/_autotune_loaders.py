@@ -6,9 +6,11 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ._autotune_workloads import Batches, profile_env, profile_settings, sample_bytes
+from ._autotune_workloads import Batches, profile_settings, sample_bytes
 from ._deps import require_torch
 from .errors import SourceError
+from .probe import probe
+from .profile import load_profile
 
 # The profile keys that change how a StreamLoader plans (one decode thread per stream
 # is fixed, so worker kind and count do not apply to video).
@@ -105,20 +107,21 @@ class VideoWorkload:
 
     @contextlib.contextmanager
     def open(self, config: Mapping[str, Any]) -> Iterator[Batches]:
-        """A StreamLoader planned from ``config`` (through a profile file, as deployed)."""
+        """A StreamLoader planned from ``config``, as the written profile will plan it."""
         from .video.streams import StreamLoader
 
         batch = int(config.get("batch_size", self.batch))
         planned = {k: v for k, v in config.items() if k != "batch_size"}
-        with profile_env(profile_settings(planned)):
-            loader = StreamLoader(
-                self._video_sources(loop=True),
-                size=self.size,
-                batch=batch,
-                memory_mode=str(config.get("memory_mode", "auto")),
-                on_error="raise",
-                timeout_s=self.open_timeout_s,
-            )
+        profile = load_profile(probe(), tuned=None, **profile_settings(planned))
+        loader = StreamLoader(
+            self._video_sources(loop=True),
+            size=self.size,
+            batch=batch,
+            memory_mode=str(config.get("memory_mode", "auto")),
+            on_error="raise",
+            timeout_s=self.open_timeout_s,
+            profile=profile,
+        )
         try:
             yield _frames(loader)
         finally:

@@ -13,17 +13,13 @@ import contextlib
 import importlib
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-from ._autotune_profile import render_toml
 from .errors import EdgeloadError, SourceError
 from .measure import PeakPss, percentile, tree_cpu_seconds
-from .profile import PROFILE_ENV
 
 Batches = Iterator[tuple[int, Sequence[float] | None]]
 
@@ -110,27 +106,6 @@ def measure(
         peak_pss_bytes=mem.peak_bytes,
         cpu_percent=100.0 * cpu / seconds,
     )
-
-
-@contextlib.contextmanager
-def profile_env(settings: Mapping[str, Any]) -> Iterator[Path]:
-    """Point ``EDGELOAD_PROFILE`` at a file holding ``settings`` while the block runs.
-
-    A loader built inside the block plans exactly as it will once the tuned profile is
-    written, through the same file format and lookup.
-    """
-    old = os.environ.get(PROFILE_ENV)
-    with tempfile.TemporaryDirectory(prefix="edgeload-autotune-") as tmp:
-        path = Path(tmp) / "profile.toml"
-        path.write_text(render_toml({"profile": dict(settings)}), encoding="utf-8")
-        os.environ[PROFILE_ENV] = str(path)
-        try:
-            yield path
-        finally:
-            if old is None:
-                os.environ.pop(PROFILE_ENV, None)
-            else:
-                os.environ[PROFILE_ENV] = old
 
 
 def profile_settings(config: Mapping[str, Any]) -> dict[str, Any]:

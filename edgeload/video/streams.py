@@ -24,6 +24,7 @@ from .._lifecycle import POLL_INTERVAL_S, State, join_threads
 from ..buffers import SlotPool
 from ..errors import ClosedError, WorkerTimeout
 from ..prefetch import END, Prefetcher
+from ..profile import Profile
 from .backends import Target, build_target, hardware_decoder
 from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
 from .batching import MAX_OPEN, Assembler, Sealed
@@ -81,6 +82,8 @@ class StreamLoader:
         on_error: ``continue`` (a failed stream ends; its error is in ``stats()``) or
             ``raise`` (the next batch raises SourceError).
         timeout_s: most seconds to wait for a batch before raising WorkerTimeout.
+        profile: the profile to plan with (default: this device's, tuned one included,
+            as :func:`edgeload.profile.load_profile` finds it).
 
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
@@ -102,6 +105,7 @@ class StreamLoader:
         device: Any = None,
         on_error: Literal["continue", "raise"] = "continue",
         timeout_s: float = 60.0,
+        profile: Profile | None = None,
     ) -> None:
         for name, value, allowed in (
             ("layout", layout, ("NHWC", "NCHW")),
@@ -132,7 +136,11 @@ class StreamLoader:
 
         self.platform = probe()
         self.plan = plan_for(
-            streams=len(self._streams), frame=self.size, batch=batch, platform=self.platform
+            streams=len(self._streams),
+            frame=self.size,
+            batch=batch,
+            platform=self.platform,
+            profile=profile,
         )
         for stream in self._streams.values():
             self._target(stream)
