@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgeload.buffers import Slot, SlotPool, SlotRef, attach
+from edgeload.measure import tree_pss_bytes
 from edgeload.workers import WorkerPool
 
 MIB = 1 << 20
@@ -139,20 +140,6 @@ def make_runner(kind: str, nbytes: int, items: int) -> EdgeloadHandoff | TorchHa
     if kind == "torch":
         return TorchHandoff(nbytes, items)
     return EdgeloadHandoff(kind, nbytes)
-
-
-def tree_pss_bytes() -> int:
-    """PSS of this process and its children (0 where the kernel does not report PSS)."""
-    import psutil
-
-    total = 0
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            total += getattr(proc.memory_full_info(), "pss", 0)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total
 
 
 def measure(kind: str, nbytes: int, *, items: int, repeats: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._deps import require_cv2
+from ..measure import tree_pss_bytes
 from .batch import Batch
 from .source import VideoSource
 from .streams import StreamLoader
@@ -71,10 +72,7 @@ def sample_clips(directory: Path, count: int = 4) -> list[Path]:
 
 
 def _memory_mib() -> float:
-    import psutil
-
-    info = psutil.Process().memory_full_info()
-    return float(getattr(info, "pss", info.rss)) / 2**20
+    return tree_pss_bytes() / 2**20
 
 
 def contact_sheet(batch: Batch, path: Path) -> Path:
