@@ -204,13 +204,19 @@ class DataLoader:
         self._pin = choice.pin_memory
         if choice.worker_kind == "thread":
             install_torch_hook()
+        # GPU memory modes cannot be shared with processes: those get host slots.
+        self._memory_mode = "host" if choice.worker_kind == "process" else choice.memory_mode
+        self._memory_mode_reason = (
+            "process workers write shared host slots"
+            if self._memory_mode != choice.memory_mode
+            else choice.plan.reasons.get("memory_mode", "")
+        )
         self._slots = LoaderSlots(
             enabled=self.collate_fn is None and self._sampling.auto_collation,
             count=choice.slot_count,
             budget_bytes=choice.prefetch_bytes,
             shared=choice.worker_kind == "process",
-            # GPU memory modes cannot be shared with processes: those get host slots.
-            mode="host" if choice.worker_kind == "process" else choice.memory_mode,
+            mode=self._memory_mode,
         )
 
     def _executor_for_epoch(self) -> Any:
@@ -294,12 +300,15 @@ class DataLoader:
         apply_loader_state(self, state)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: batches, epochs, samples skipped (and the last few), workers, slots."""
+        """Counters: batches, epochs, samples skipped (and the last few), workers, memory
+        mode and why, slots."""
         return {
             **self._counters,
             "skipped": list(self._skips),
             "num_workers": self._num_workers_resolved,
             "worker_kind": self.worker_kind_resolved,
+            "memory_mode": self._memory_mode,
+            "memory_mode_reason": self._memory_mode_reason,
             **self._slots.stats(),
         }
 

@@ -333,3 +333,14 @@ def test_prefetch_bytes_bounds_the_slots_and_batches_in_flight():
         labels = [int(v) for _, lab in loader for v in lab]
         assert labels == list(range(60))
         assert loader.stats()["slots"] == 2
+
+
+def test_stats_say_which_memory_the_slots_use_and_why():
+    data = [np.full((4, 4), i, np.uint8) for i in range(8)]
+    with DataLoader(data, batch_size=4, num_workers=1, worker_kind="thread") as loader:
+        assert len(list(loader)) == 2
+        stats = loader.stats()
+    if not torch.cuda.is_available():
+        assert stats["memory_mode"] == "host"
+        assert "no CUDA GPU" in stats["memory_mode_reason"]
+    assert stats["memory_mode_reason"]

@@ -56,6 +56,8 @@ def test_files_deliver_every_frame_in_order_resized(media):
         assert np.array_equal(batch.frames[0].numpy(), expected[i])
     assert [s["state"] for s in stats["streams"]] == ["ended", "ended"]
     assert stats["streams"][0]["pipeline"] == str(media["small"])
+    assert stats["memory_mode"] == "host"
+    assert "no device=" in stats["memory_mode_reason"]
     assert _edgeload_threads() == []
 
 

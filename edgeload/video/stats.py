@@ -78,6 +78,8 @@ def loader_stats(loader: StreamLoader) -> dict[str, Any]:
         "bytes_held": pre.bytes_held,
         "slot_bytes": slot_bytes,
         "deadline_ms": loader.deadline_ms,
+        "memory_mode": loader._mode,
+        "memory_mode_reason": loader._mode_reason,
         "plan": loader.plan.describe(),
         "streams": [_stream_stats(s) for s in streams],
     }

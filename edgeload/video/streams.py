@@ -145,8 +145,14 @@ class StreamLoader:
         for stream in self._streams.values():
             self._target(stream)
         self._mode = "host" if memory_mode == "auto" and device is None else memory_mode
+        self._mode_reason = (
+            "no device= given: frames stay in host memory"
+            if memory_mode == "auto" and device is None
+            else f"set by arguments (the plan: {self.plan.reasons['memory_mode']})"
+        )
         if self._mode == "auto":
             self._mode = self.plan.memory_mode
+            self._mode_reason = self.plan.reasons["memory_mode"]
         live = any(s.source.policy == "latest" for s in self._streams.values())
         all_latest = all(s.source.policy == "latest" for s in self._streams.values())
         self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
