@@ -19,7 +19,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ._lifecycle import POLL_INTERVAL_S, limit_library_threads
-from ._shm import detach_all
+from ._shm import SHM_DIR, detach_all
+from .errors import PlatformError
 
 INIT_INDEX = -1
 """The task index a failed ``init_fn`` reports under."""
@@ -65,6 +66,20 @@ def run_task(
         return (index, wid, False, Failure.capture(exc, pickled=pickled))
 
 
+def _explain(exc: Exception) -> Exception:
+    """Name the fix when a result could not be sent because /dev/shm is full."""
+    text = str(exc)
+    if "shared memory" not in text and "No space left" not in text:
+        return exc
+    err = PlatformError(
+        f"a worker process could not hand over its result through {SHM_DIR} ({text}); it is "
+        "too small for this batch size: in Docker start the container with a larger "
+        "--shm-size (e.g. --shm-size=1g), or use thread workers (worker_kind='thread')"
+    )
+    err.__cause__ = exc
+    return err
+
+
 def process_main(
     conn: Connection,
     payload: bytes,
@@ -104,8 +119,10 @@ def process_main(
             out = run_task(fn, msg[0], wid, msg[1], pickled=True)
             try:
                 conn.send(out)
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                conn.send((msg[0], wid, False, Failure.capture(exc, pickled=True)))
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception as exc:  # the result did not pickle or found no shared memory
+                conn.send((msg[0], wid, False, Failure.capture(_explain(exc), pickled=True)))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return
     finally:

@@ -188,3 +188,45 @@ def test_a_gpu_memory_mode_without_cuda_is_refused_with_the_fix():
     loader = DataLoader(DictDS(), batch_size=4, num_workers=1, memory_mode="pinned")
     with loader, pytest.raises(edgeload.PlatformError, match=r"memory_mode='pinned'.*'host'"):
         next(iter(loader))
+
+
+_TINY_SHM_SCRIPT = """
+import numpy as np, edgeload
+data = [np.zeros((512, 1024), np.uint8) for _ in range(16)]  # batches of 2 MiB, /dev/shm 1 MiB
+explicit = edgeload.DataLoader(data, batch_size=4, num_workers=2, worker_kind="process",
+                               multiprocessing_context="fork")
+try:
+    list(explicit)
+    print("NO ERROR")
+except edgeload.WorkerError as exc:
+    print("ERROR", type(exc.__cause__).__name__, str(exc).splitlines()[0])
+finally:
+    explicit.close()
+auto = edgeload.DataLoader(data, batch_size=4, num_workers=2)
+print("AUTO", len(list(auto)), auto.stats()["worker_kind"])
+auto.close()
+"""
+
+
+def test_a_dev_shm_too_small_for_process_workers_names_shm_size():
+    """Docker's 64 MB /dev/shm, made real: a 1 MiB tmpfs over /dev/shm in a private mount
+    namespace. Explicit process workers get an error naming --shm-size; auto uses threads."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small /dev/shm")
+    cmd = (
+        f"mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {sys.executable} -c '{_TINY_SHM_SCRIPT}'"
+    )
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=120
+    )
+    if "mount" in out.stderr and out.returncode != 0 and "ERROR" not in out.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()[:200]}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("ERROR PlatformError"), out.stdout
+    assert "--shm-size" in lines[0] and "worker_kind='thread'" in lines[0]
+    assert lines[1] == "AUTO 4 thread"
