@@ -17,7 +17,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 vpy="$venv/bin/python"
 
-# extras: "" for the demo, "dev" for the tests
+# extras: "" for the demo, "dev,plot" for the tests (the --plot test needs matplotlib)
 edgeload_install() {
     local extras="$1" stamp want
     stamp="$venv/.edgeload-stamp"

@@ -3,7 +3,7 @@
 # real-media tests (when root), the test suite, ruff and mypy.  Extra arguments go
 # to pytest (e.g. scripts/test.sh -k probe, or -m slow).
 source "$(dirname "$0")/_setup.sh"
-edgeload_install "dev"
+edgeload_install "dev,plot"
 source "$repo/scripts/_system_deps.sh"
 system_deps
 
