@@ -58,8 +58,11 @@ class VideoWorkload:
         self.name = f"video: {len(self.sources)} stream(s) -> {self.batch} x {w}x{h}"
 
     def plan_args(self, batch: int) -> dict[str, Any]:
-        """``plan_for`` arguments: streams, frame size, batch."""
-        return {"streams": len(self.sources), "frame": self.size, "batch": batch}
+        """``plan_for`` arguments: streams, frame size, batch, and whether any is live."""
+        from .video.source import VideoSource
+
+        live = any(VideoSource(uri).policy == "latest" for uri in self.sources)
+        return {"streams": len(self.sources), "frame": self.size, "batch": batch, "live": live}
 
     def batch_bytes(self, batch: int) -> int:
         """One batch of uint8 RGB frames, bytes."""

@@ -139,3 +139,15 @@ def test_plan_is_printable_and_serialisable():
     data = json.loads(json.dumps(plan.to_dict()))
     assert data["memory_mode"] == "mapped"
     assert set(data["reasons"]) >= {"workers", "memory_mode", "prefetch", "threads", "decode"}
+
+
+def test_files_get_two_ffmpeg_frame_threads_live_streams_one():
+    platform = probe(FIXTURES / "rpi4")  # 4 cores, 4 streams: one thread each when live
+    live = plan_for(streams=4, platform=platform, live=True)
+    files = plan_for(streams=4, platform=platform, live=False)
+    assert live.threads.ffmpeg == 1
+    assert "delays a live stream" in live.reasons["threads"]
+    assert files.threads.ffmpeg == 2
+    assert "raised to 2 for files" in files.reasons["threads"]
+    one = plan_for(streams=1, platform=platform, live=False)  # 3 spare cores: the rule's 3
+    assert one.threads.ffmpeg == 3

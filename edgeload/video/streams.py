@@ -135,10 +135,12 @@ class StreamLoader:
         from ..probe import probe
 
         self.platform = probe()
+        live = any(s.source.policy == "latest" for s in self._streams.values())
         self.plan = plan_for(
             streams=len(self._streams),
             frame=self.size,
             batch=batch,
+            live=live,
             platform=self.platform,
             profile=profile,
         )
@@ -153,7 +155,6 @@ class StreamLoader:
         if self._mode == "auto":
             self._mode = self.plan.memory_mode
             self._mode_reason = self.plan.reasons["memory_mode"]
-        live = any(s.source.policy == "latest" for s in self._streams.values())
         all_latest = all(s.source.policy == "latest" for s in self._streams.values())
         self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
         depth = 1 if all_latest else max(1, self.plan.slot_count - 2)
