@@ -37,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--frame", type=_frame, default=(640, 640), help="output frame WxH (default 640x640)"
     )
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="also show what a loader would open for URI (backend, pipeline); repeatable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,14 +57,34 @@ def run(args: argparse.Namespace) -> int:
     platform = probe(args.root)
     profile = load_profile(platform)
     plan = plan_for(streams=args.streams, frame=args.frame, platform=platform, profile=profile)
+    sources = [_target(uri, platform, plan) for uri in args.source]
     if args.json:
         out = platform.to_dict()
         out["profile"] = {"source": profile.source, **profile.to_dict()}
         out["plan"] = plan.to_dict()
+        out["sources"] = sources
         print(json.dumps(out, indent=2, default=str))
     else:
         print(_describe(platform, plan))
+        for src in sources:
+            print(
+                f"\nsource {src['uri']}\n  {src['kind']} via {src['backend']}: {src['open_string']}"
+            )
     return 0
+
+
+def _target(uri: str, platform: Platform, plan: Plan) -> dict[str, str]:
+    """What a loader on ``platform`` would open for ``uri``."""
+    from .video import target_for
+
+    source: str | int = int(uri) if uri.isdigit() else uri
+    target = target_for(source, platform=platform, plan=plan)
+    return {
+        "uri": uri,
+        "kind": str(target.kind),
+        "backend": str(target.backend),
+        "open_string": target.open_string,
+    }
 
 
 def _gib(n: Any) -> str:

@@ -90,3 +90,18 @@ def test_help_lists_commands_and_no_command_prints_help():
     bare = edgeload()
     assert bare.returncode == 2
     assert "COMMAND" in bare.stdout
+
+
+def test_probe_shows_what_a_loader_would_open_for_a_source(tmp_path):
+    out = edgeload("probe", "--json", "--source", "rtsp://127.0.0.1:8554/cam", "--source", "0")
+    assert out.returncode == 0, out.stderr
+    rtsp, cam = json.loads(out.stdout)["sources"]
+    assert (rtsp["uri"], rtsp["kind"]) == ("rtsp://127.0.0.1:8554/cam", "rtsp")
+    assert rtsp["backend"] in ("ffmpeg", "gstreamer")
+    assert "127.0.0.1:8554/cam" in rtsp["open_string"]
+    assert cam["kind"] == "device"
+    text = edgeload("probe", "--source", "rtsp://127.0.0.1:8554/cam")
+    assert "source rtsp://127.0.0.1:8554/cam" in text.stdout
+    missing = edgeload("probe", "--source", str(tmp_path / "nope.mp4"))
+    assert missing.returncode == 2
+    assert "nope.mp4" in missing.stderr and "does not exist" in missing.stderr
