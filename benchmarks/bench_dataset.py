@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -145,7 +144,7 @@ def _cpu_s() -> float:
 
 
 def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    from edgeload.measure import PeakPss
+    from edgeload.measure import run_measured
 
     cmd = [
         sys.executable,
@@ -159,13 +158,9 @@ def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]
         "--out-size",
         str(args.out_size),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    with PeakPss(proc.pid) as mem:
-        out, _ = proc.communicate(timeout=_CHILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} run failed with exit code {proc.returncode}")
+    out, peak = run_measured(cmd, timeout_s=_CHILD_TIMEOUT_S)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_bytes"] = mem.peak_bytes
+    result["peak_pss_bytes"] = peak
     return result
 
 

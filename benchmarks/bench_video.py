@@ -277,17 +277,13 @@ def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
 
 
 def _run_child(mode: str, paths: list[Path], latency: float) -> dict[str, Any]:
-    from edgeload.measure import PeakPss
+    from edgeload.measure import run_measured
 
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
            "--latency-seconds", str(latency), *map(str, paths)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    with PeakPss(proc.pid) as mem:
-        out, _ = proc.communicate(timeout=_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} failed with exit code {proc.returncode}")
+    out, peak = run_measured(cmd, timeout_s=_TIMEOUT_S)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_mib"] = mem.peak_bytes / 2**20
+    result["peak_pss_mib"] = peak / 2**20
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -20,19 +21,23 @@ import psutil
 SAMPLE_INTERVAL_S = 0.05
 
 
+def _tree(pid: int | None) -> list[psutil.Process]:
+    """A process and its descendants; empty when it is gone."""
+    try:
+        root = psutil.Process(pid or os.getpid())
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def tree_pss_bytes(pid: int | None = None) -> int:
     """PSS of a process and all its descendants, bytes (RSS where PSS is unreadable).
 
     Args:
         pid: the root process; default this process.
     """
-    try:
-        root = psutil.Process(pid or os.getpid())
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
     total = 0
-    for proc in procs:
+    for proc in _tree(pid):
         try:
             total += proc.memory_full_info().pss
         except (psutil.Error, AttributeError):
@@ -46,19 +51,36 @@ def tree_pss_bytes(pid: int | None = None) -> int:
 def tree_cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of a process and its live descendants (children's
     reaped time included)."""
-    try:
-        root = psutil.Process(pid or os.getpid())
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
     total = 0.0
-    for proc in procs:
+    for proc in _tree(pid):
         try:
             t = proc.cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             continue
     return total
+
+
+def run_measured(cmd: Sequence[str], *, timeout_s: float) -> tuple[str, int]:
+    """Run ``cmd`` while sampling its process tree's PSS; return (stdout, peak bytes).
+
+    Each benchmark mode runs this way, alone in a fresh process, so its memory is its own.
+
+    Raises:
+        RuntimeError: the command exited non-zero (its stderr went to ours).
+        subprocess.TimeoutExpired: it ran past ``timeout_s`` (it is killed first).
+    """
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, text=True)
+    try:
+        with PeakPss(proc.pid) as mem:
+            out, _ = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed with exit code {proc.returncode}")
+    return out, mem.peak_bytes
 
 
 class PeakPss:

@@ -51,3 +51,23 @@ def test_percentile(q, want):
 
 def test_percentile_of_nothing_is_nan():
     assert percentile([], 50) != percentile([], 50)
+
+
+def test_run_measured_returns_output_and_the_childs_peak():
+    from edgeload.measure import run_measured
+
+    code = (
+        "import numpy as np, time; a = np.ones(64 << 20, np.uint8); time.sleep(0.3); print('done')"
+    )
+    out, peak = run_measured([sys.executable, "-c", code], timeout_s=60)
+    assert out.strip() == "done"
+    assert peak > 60 << 20
+
+
+def test_run_measured_names_a_failure_and_kills_on_timeout():
+    from edgeload.measure import run_measured
+
+    with pytest.raises(RuntimeError, match="exit code 3"):
+        run_measured([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=60)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_measured([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
