@@ -3,13 +3,14 @@
 
 Each subcommand measures edgeload against the peers a user would otherwise pick, in
 one run, and prints medians and ratios (``--json`` for a machine). To add an area,
-write ``add_<area>(subparsers)`` that registers a parser with ``func=run_<area>`` and
-append it to ``COMMANDS``.
+put a module in ``benchmarks/`` with ``add_arguments(parser)`` and ``run(args)`` and
+name it in ``MODULES``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -55,59 +56,42 @@ def run_handoff(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_transfer(subparsers: argparse._SubParsersAction) -> None:
-    from benchmarks import bench_transfer
-
-    p = subparsers.add_parser(
-        "transfer",
-        help="host -> GPU batches: pageable .cuda(), stock pin_memory, pinned async, mapped, managed",
-    )
-    bench_transfer.add_arguments(p)
-    p.set_defaults(func=bench_transfer.run)
-
-
-def add_dataset(subparsers: argparse._SubParsersAction) -> None:
-    from benchmarks import bench_dataset
-
-    p = subparsers.add_parser(
-        "dataset",
-        help="JPEG decode+resize dataset: edgeload DataLoader vs torch (0 workers, fork, spawn)",
-    )
-    bench_dataset.add_arguments(p)
-    p.set_defaults(func=bench_dataset.run)
-
-
-def add_video(subparsers: argparse._SubParsersAction) -> None:
-    from benchmarks import bench_video
-
-    p = subparsers.add_parser(
-        "video",
-        help="4 x 720p H.264 -> 640x640 batches: StreamLoader vs plain loop, thread-per-stream, "
+# Areas whose module in benchmarks/ has add_arguments(parser) and run(args) -> int.
+MODULES = {
+    "transfer": (
+        "bench_transfer",
+        "host -> GPU batches: pageable .cuda(), stock pin_memory, pinned async, mapped, managed",
+    ),
+    "dataset": (
+        "bench_dataset",
+        "JPEG decode+resize dataset: edgeload DataLoader vs torch (0 workers, fork, spawn)",
+    ),
+    "video": (
+        "bench_video",
+        "4 x 720p H.264 -> 640x640 batches: StreamLoader vs plain loop, thread-per-stream, "
         "torch DataLoader, ceiling; live frame age",
-    )
-    bench_video.add_arguments(p)
-    p.set_defaults(func=bench_video.run)
+    ),
+    "autotune": (
+        "bench_autotune",
+        "autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",
+    ),
+}
 
 
-def add_autotune(subparsers: argparse._SubParsersAction) -> None:
-    from benchmarks import bench_autotune
-
-    p = subparsers.add_parser(
-        "autotune",
-        help="autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",
-    )
-    bench_autotune.add_arguments(p)
-    p.set_defaults(func=bench_autotune.run)
-
-
-COMMANDS = [add_handoff, add_transfer, add_dataset, add_video, add_autotune]
+def add_module(subparsers: argparse._SubParsersAction, name: str) -> None:
+    module_name, help_text = MODULES[name]
+    module = importlib.import_module(f"benchmarks.{module_name}")
+    p = subparsers.add_parser(name, help=help_text)
+    module.add_arguments(p)
+    p.set_defaults(func=module.run)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for add in COMMANDS:
-        add(subparsers)
+    add_handoff(subparsers)
+    for name in MODULES:
+        add_module(subparsers, name)
     args = parser.parse_args(argv)
     return int(args.func(args))
 
