@@ -11,8 +11,6 @@ import datetime as _dt
 import math
 import os
 import re
-import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,8 +19,6 @@ from typing import Any
 from ._version import __version__
 from .errors import ProfileError
 
-# `nvpmodel -q` reads a sysfs file and returns at once; a hung one must not hang autotune.
-_NVPMODEL_TIMEOUT_S = 5.0
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -69,52 +65,13 @@ def render_toml(tables: Mapping[str, Mapping[str, Any]], *, comment: str = "") -
     return "\n".join(lines) + "\n"
 
 
-def power_mode(root: str | os.PathLike[str] = "/") -> str | None:
-    """The Jetson power mode (``"MAXN (0)"``), or None where the device has none.
-
-    ``nvpmodel -q`` when it runs (only with ``root="/"``), else the mode number in
-    ``/var/lib/nvpmodel/status`` named through ``/etc/nvpmodel.conf``.
-    """
-    base = Path(root)
-    if base == Path("/") and shutil.which("nvpmodel"):
-        try:
-            done = subprocess.run(
-                ["nvpmodel", "-q"],
-                capture_output=True,
-                text=True,
-                timeout=_NVPMODEL_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            done = None
-        if done is not None and done.returncode == 0:
-            name = re.search(r"NV Power Mode:\s*(\S+)", done.stdout)
-            number = re.search(r"^\s*(\d+)\s*$", done.stdout, re.MULTILINE)
-            if name:
-                return name.group(1) + (f" ({int(number.group(1))})" if number else "")
-    try:
-        status = (base / "var/lib/nvpmodel/status").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    found = re.search(r"pmode:\s*(\d+)", status)
-    if not found:
-        return None
-    mode = int(found.group(1))
-    try:
-        conf = (base / "etc/nvpmodel.conf").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return str(mode)
-    named = re.search(rf"<\s*POWER_MODEL\s+ID={mode}\s+NAME=([^\s>]+)", conf)
-    return f"{named.group(1)} ({mode})" if named else str(mode)
-
-
-def device_stamp(platform: Any, *, root: str | os.PathLike[str] = "/") -> dict[str, str]:
+def device_stamp(platform: Any) -> dict[str, str]:
     """The ``[tuned]`` table: device model, L4T release, power mode, version and date."""
     stamp = {"model": str(getattr(platform, "model", "") or "")}
     l4t = getattr(platform, "l4t_release", None)
     if l4t:
         stamp["l4t_release"] = str(l4t)
-    mode = power_mode(root)
+    mode = getattr(platform, "power_mode", None)
     if mode:
         stamp["power_mode"] = mode
     stamp["version"] = __version__

@@ -75,16 +75,15 @@ class TuneResult:
         *,
         platform: Any = None,
         system: bool = False,
-        root: str = "/",
     ) -> Path:
         """Write the winner as a stamped tuned profile (atomically); return where it went.
 
         Args:
             path: where to write; default the user config dir (``$XDG_CONFIG_HOME/edgeload``),
                 or with ``system`` /etc/edgeload; ``load_profile`` looks in both.
-            platform: the device, for the stamp; default :func:`edgeload.probe.probe`.
+            platform: the device, for the stamp (model, L4T release, power mode); default
+                :func:`edgeload.probe.probe`.
             system: write to the system config dir, for every user of the device.
-            root: where to read the Jetson power mode from (tests point it at a tree).
 
         Raises:
             ProfileError: no trial was accepted, or the file cannot be written.
@@ -98,7 +97,7 @@ class TuneResult:
             path = (system_config_dir() if system else user_config_dir()) / TUNED_FILENAME
         target = Path(path)
         comment = f"Written by `edgeload autotune` for {self.workload}.\nWhy: {self.reason}"
-        stamp = device_stamp(platform, root=root)
+        stamp = device_stamp(platform)
         atomic_write(target, render_toml({"tuned": stamp, "profile": settings}, comment=comment))
         return target
 

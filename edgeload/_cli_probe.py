@@ -112,7 +112,11 @@ def _describe(platform: Platform, plan: Plan) -> str:
     rows = [
         ("device", f"{platform.model} [{platform.family}]"),
         ("soc", str(platform.soc or "unknown")),
-        ("l4t", str(platform.l4t_release or "-")),
+        (
+            "l4t",
+            str(platform.l4t_release or "-")
+            + (f", power mode {platform.power_mode}" if platform.power_mode else ""),
+        ),
         ("container", "yes" if platform.in_container else "no"),
         (
             "cpu",

@@ -10,6 +10,7 @@ from . import _probe_cgroup as cgroup
 from . import _probe_hw as hw
 from . import _probe_live as live_facts
 from ._probe_identify import Board, Seen, dt_strings, identify
+from ._probe_power import read_power_mode
 from ._probe_read import Reader, parse_cpuinfo
 from .errors import PlatformError
 from .probe import CpuInfo, GpuInfo, MemoryInfo, Platform
@@ -134,4 +135,5 @@ def collect(root: str, *, live: bool) -> Platform:
         live=live,
         notes=tuple(notes),
         hw_decoders=hw.hw_decoders(reader, discrete_nvidia=gpu.present and not gpu.integrated),
+        power_mode=read_power_mode(reader, live=live) if board.family == "jetson" else None,
     )

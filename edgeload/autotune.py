@@ -244,14 +244,13 @@ def write_profile(
     platform: Any = None,
     path: str | Path | None = None,
     system: bool = False,
-    root: str = "/",
 ) -> Path:
     """Write the winner as a stamped tuned profile: :meth:`TuneResult.write`.
 
     Raises:
         ProfileError: no trial was accepted, or the file cannot be written.
     """
-    return result.write(path, platform=platform, system=system, root=root)
+    return result.write(path, platform=platform, system=system)
 
 
 def _mib(n: int) -> str:

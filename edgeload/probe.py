@@ -205,6 +205,8 @@ class Platform:
     hw_decoders: tuple[str, ...] = field(default=())
     """GStreamer hardware decoder elements whose plugin and device files exist under root
     (``nvv4l2decoder``, ``v4l2h264dec``, ...). A hint: OpenCV must also have GStreamer."""
+    power_mode: str | None = None
+    """Jetson power mode (``"MAXN (0)"``, ``"15W (2)"``) from ``nvpmodel``; None elsewhere."""
 
     def to_dict(self) -> dict[str, Any]:
         """The platform as plain JSON-serialisable data (tuples become lists)."""

@@ -272,6 +272,17 @@ def load_profile(
         else:
             values.update(settings)
             sources.append(f"tuned:{tuned_path}")
+            tuned_mode, mode = stamp.get("power_mode"), getattr(platform, "power_mode", None)
+            if tuned_mode and mode and tuned_mode != mode:
+                # Still a better start than the defaults, so it is used; but its numbers
+                # were measured with other cores online and other clocks.
+                log.warning(
+                    "tuned profile %s was measured at power mode %s, this device runs %s; "
+                    "re-run `edgeload autotune` in this mode for numbers that fit it",
+                    tuned_path,
+                    tuned_mode,
+                    mode,
+                )
 
     given = {k: v for k, v in overrides.items() if v is not None}
     if given:

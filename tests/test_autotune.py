@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgeload import cli, load_profile, plan_for, probe
-from edgeload._autotune_profile import power_mode, render_toml
+from edgeload._autotune_profile import render_toml
 from edgeload._autotune_report import format_table
 from edgeload._autotune_search import Knob, coordinate_search, grid_size, pick_winner
 from edgeload._cli_autotune import parse_memory
@@ -168,18 +168,6 @@ def test_profile_tuned_for_another_device_is_ignored_with_one_warning(tmp_path, 
     assert "tuned:" not in profile.source
     warnings = [r for r in caplog.records if "ignoring tuned profile" in r.getMessage()]
     assert len(warnings) == 1 and orin.model in warnings[0].getMessage()
-
-
-def test_power_mode_from_nvpmodel_status_and_conf(tmp_path):
-    (tmp_path / "var/lib/nvpmodel").mkdir(parents=True)
-    (tmp_path / "var/lib/nvpmodel/status").write_text("pmode:0002\n")
-    assert power_mode(tmp_path) == "2"
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc/nvpmodel.conf").write_text(
-        "< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=2 NAME=15W >\n"
-    )
-    assert power_mode(tmp_path) == "15W (2)"
-    assert power_mode(tmp_path / "nothing-here") is None
 
 
 def test_memory_sizes_and_percentages():

@@ -612,3 +612,26 @@ def test_pi_zero_arm1176_is_armv6l_although_cpuinfo_says_architecture_7(tmp_path
         "BCM2835",
     )
     assert [c.core_type for c in p.cpu.clusters] == ["ARM1176"]
+
+
+def test_jetson_power_mode_from_nvpmodel_status_and_conf(tmp_path):
+    board = tmp_path / "orin"
+    shutil.copytree(FIXTURES / "jetson-orin-nano", board, symlinks=True)
+    assert probe(board).power_mode is None  # the capture has no nvpmodel files
+    (board / "var/lib/nvpmodel").mkdir(parents=True)
+    (board / "var/lib/nvpmodel/status").write_text("pmode:0002\n")
+    assert probe(board).power_mode == "2"
+    (board / "etc/nvpmodel.conf").write_text(
+        "< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=2 NAME=15W >\n"
+    )
+    assert probe(board).power_mode == "15W (2)"
+    (board / "var/lib/nvpmodel/status").write_bytes(b"\xff\xfe pmode: garbage")
+    assert probe(board).power_mode is None
+
+
+def test_power_mode_is_only_a_jetson_fact(tmp_path):
+    board = tmp_path / "pi"
+    shutil.copytree(FIXTURES / "rpi4", board, symlinks=True)
+    (board / "var/lib/nvpmodel").mkdir(parents=True)
+    (board / "var/lib/nvpmodel/status").write_text("pmode:0000\n")
+    assert probe(board).power_mode is None

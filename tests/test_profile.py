@@ -201,3 +201,26 @@ def test_profiles_ship_inside_the_wheel(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == len(list(platform_files()))
+
+
+def test_tuned_profile_from_another_power_mode_is_used_with_a_warning(
+    tmp_path, monkeypatch, caplog
+):
+    import dataclasses
+
+    board = dataclasses.replace(probe(FIXTURES / "jetson-orin-nano"), power_mode="15W (2)")
+    tuned = tmp_path / "p.toml"
+    tuned.write_text(
+        f'[tuned]\nmodel = "{board.model}"\npower_mode = "MAXN (0)"\n\n[profile]\nnum_workers = 4\n'
+    )
+    monkeypatch.setenv(PROFILE_ENV, str(tuned))
+    with caplog.at_level(logging.WARNING, logger="edgeload.profile"):
+        profile = load_profile(board)
+    assert profile.num_workers == 4
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "MAXN (0)" in warning and "15W (2)" in warning and "edgeload autotune" in warning
+    caplog.clear()
+    same = dataclasses.replace(board, power_mode="MAXN (0)")
+    with caplog.at_level(logging.WARNING, logger="edgeload.profile"):
+        load_profile(same)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
