@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 from .errors import ProfileError
+from .state import write_atomic
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -87,27 +86,17 @@ def atomic_write(path: Path, text: str) -> None:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        hint = "run as root (sudo)" if path.is_relative_to("/etc") else "choose --output PATH"
-        raise ProfileError(f"cannot write the tuned profile to {path}: {exc}; {hint}") from exc
+        raise ProfileError(
+            f"cannot write the tuned profile to {path}: {exc}; {_hint(path)}"
+        ) from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, text, mode=0o644)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ProfileError(f"cannot write the tuned profile to {path}: {exc}") from exc
-    try:  # the rename itself survives a power cut only once the directory is synced
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        raise ProfileError(
+            f"cannot write the tuned profile to {path}: {exc}; {_hint(path)}"
+        ) from exc
+
+
+def _hint(path: Path) -> str:
+    return "run as root (sudo)" if path.is_relative_to("/etc") else "choose --output PATH"

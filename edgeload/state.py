@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["load_state", "save_state", "write_atomic"]
 
 
 def save_state(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -36,17 +36,35 @@ def save_state(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
             f"state for {target} is not plain JSON data ({exc}); save only what "
             "state_dict() returns"
         ) from exc
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    write_atomic(target, text)
+
+
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``text`` so a reader, even after a power cut, sees the old
+    file or the whole new one: temp file in the same directory, fsync, rename, then
+    fsync of the directory.
+
+    Args:
+        path: the file to create or replace; its directory must exist.
+        text: the new content (UTF-8).
+        mode: permission bits for the new file (default: the temp file's 0o600).
+
+    Raises:
+        OSError: the directory is missing or not writable (the temp file is removed).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
+    _fsync_dir(path.parent)
 
 
 def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
