@@ -11,7 +11,7 @@ from ._autotune_profile import atomic_write, device_stamp, render_toml
 from ._autotune_search import pick_winner
 from ._autotune_workloads import Measurement, profile_settings
 from .errors import ProfileError
-from .plan import Plan
+from .plan import Plan, format_mib
 from .profile import TUNED_FILENAME, system_config_dir, user_config_dir, validate_settings
 
 Objective = Literal["throughput", "latency"]
@@ -170,14 +170,10 @@ def choose_winner(result: TuneResult, min_gain: float) -> None:
     if for_memory:
         result.reason = (
             f"within {min_gain:.0%} of the best score ({score:.1f} vs {top[1]:.1f} {unit}) "
-            f"with {_mib(top[2] - peak)} less peak memory{vs_plan}"
+            f"with {format_mib(top[2] - peak)} less peak memory{vs_plan}"
         )
     else:
         result.reason = (
-            f"highest {result.objective} score, {score:.1f} {unit}, at {_mib(peak)} "
+            f"highest {result.objective} score, {score:.1f} {unit}, at {format_mib(peak)} "
             f"peak PSS{vs_plan}"
         )
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"

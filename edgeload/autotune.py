@@ -24,7 +24,7 @@ from ._autotune_search import Knob, Stop, coordinate_search, grid_size
 from ._autotune_workloads import Workload, measure, profile_settings
 from .errors import EdgeloadError, ProfileError
 from .measure import tree_pss_bytes
-from .plan import PROCESS_WORKER_BYTES, Plan, plan_for
+from .plan import PROCESS_WORKER_BYTES, Plan, format_mib, plan_for
 from .profile import load_profile
 
 __all__ = [
@@ -150,9 +150,9 @@ def autotune(
     need = baseline_bytes + 2 * workload.batch_bytes(workload.batch)
     if ceiling < need:
         raise ProfileError(
-            f"--max-memory {_mib(ceiling)} is below what one batch needs: this process uses "
-            f"{_mib(baseline_bytes)} and two slots of {workload.name} take "
-            f"{_mib(2 * workload.batch_bytes(workload.batch))}; raise it to at least {_mib(need)}"
+            f"--max-memory {format_mib(ceiling)} is below what one batch needs: this process uses "
+            f"{format_mib(baseline_bytes)} and two slots of {workload.name} take "
+            f"{format_mib(2 * workload.batch_bytes(workload.batch))}; raise it to at least {format_mib(need)}"
         )
     untuned = load_profile(platform, tuned=None)
     plan = plan_for(**workload.plan_args(workload.batch), platform=platform, profile=untuned)
@@ -224,7 +224,7 @@ def _run_trial(
     held = plan.slot_count * plan.slot_bytes
     workers = plan.num_workers * PROCESS_WORKER_BYTES if plan.worker_kind == "process" else 0
     if baseline + held + workers > ceiling:
-        estimate = _mib(baseline + held + workers)
+        estimate = format_mib(baseline + held + workers)
         return Trial(index, dict(config), f"skipped: needs ~{estimate} > ceiling")
     try:
         got = measure(workload, config, warmup_s=warmup, trial_s=trial_s)
@@ -251,7 +251,3 @@ def write_profile(
         ProfileError: no trial was accepted, or the file cannot be written.
     """
     return result.write(path, platform=platform, system=system)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"

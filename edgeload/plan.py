@@ -87,8 +87,8 @@ class Plan:
             ("memory mode", self.memory_mode, self.reasons.get("memory_mode", "")),
             (
                 "prefetch",
-                f"{self.slot_count} slots of {_mib(self.slot_bytes)}, "
-                f"budget {_mib(self.prefetch_bytes)}",
+                f"{self.slot_count} slots of {format_mib(self.slot_bytes)}, "
+                f"budget {format_mib(self.prefetch_bytes)}",
                 self.reasons.get("prefetch", ""),
             ),
             (
@@ -105,7 +105,8 @@ class Plan:
         )
 
 
-def _mib(n: int) -> str:
+def format_mib(n: int) -> str:
+    """Bytes as ``"12.3 MiB"``, for reasons and messages."""
     return f"{n / (1 << 20):.1f} MiB"
 
 
@@ -274,20 +275,20 @@ def plan_for(
         raw = int(fraction_of * profile.prefetch_fraction)
         budget_bytes = min(max(raw, profile.prefetch_min_bytes), profile.prefetch_max_bytes)
         reasons["prefetch"] = (
-            f"{profile.prefetch_fraction:.0%} of {_mib(fraction_of)} available, "
-            f"within [{_mib(profile.prefetch_min_bytes)}, {_mib(profile.prefetch_max_bytes)}]"
+            f"{profile.prefetch_fraction:.0%} of {format_mib(fraction_of)} available, "
+            f"within [{format_mib(profile.prefetch_min_bytes)}, {format_mib(profile.prefetch_max_bytes)}]"
         )
     slot_count = max(2, min(budget_bytes // slot_bytes, 2 * count + 2)) if slot_bytes else 2
     if slot_bytes and slot_count * slot_bytes > budget_bytes:
-        reasons["prefetch"] += f"; 2 slots is the minimum ({_mib(2 * slot_bytes)})"
+        reasons["prefetch"] += f"; 2 slots is the minimum ({format_mib(2 * slot_bytes)})"
 
     shm = getattr(memory, "shm_bytes", None)
     need_shm = slot_count * slot_bytes
     if kind == "process" and "worker_kind" not in explicit and shm and shm < need_shm:
         kind = "thread"
         reasons["workers"] = (
-            f"process slots need {_mib(need_shm)} of /dev/shm, which has "
-            f"{_mib(shm)}: threads instead (docker: raise --shm-size)"
+            f"process slots need {format_mib(need_shm)} of /dev/shm, which has "
+            f"{format_mib(shm)}: threads instead (docker: raise --shm-size)"
         )
     mode = _memory_mode(profile, platform, "memory_mode" in explicit, reasons)
     backend = _decode_backend(profile, platform, reasons)
@@ -320,7 +321,7 @@ def _worker_kind(
     if available is not None and available < 2 * need:
         return (
             "thread",
-            f"GIL-bound work, but {count} process(es) need ~{_mib(need)}: too little RAM",
+            f"GIL-bound work, but {count} process(es) need ~{format_mib(need)}: too little RAM",
         )
     return "process", "GIL-bound Python work: processes run it in parallel"
 
