@@ -287,14 +287,10 @@ def _run_child(mode: str, paths: list[Path], latency: float) -> dict[str, Any]:
     return result
 
 
-def _pct(values: list[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the chosen modes, print the tables, optionally save JSON."""
+    from edgeload.measure import percentile
+
     hd = make_clips(args.cache, size=(1280, 720), seconds=args.seconds)
     small = make_clips(args.cache, size=(640, 360), seconds=4.0)
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
@@ -330,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
     for mode in [m for m in args.modes if m in LATENCY]:
         r = _run_child(mode, small, args.latency_seconds)
         report["modes"][mode] = {
-            "age_p50_ms": _pct(r["ages"], 50), "age_p99_ms": _pct(r["ages"], 99),
+            "age_p50_ms": percentile(r["ages"], 50), "age_p99_ms": percentile(r["ages"], 99),
             "age_max_ms": max(r["ages"], default=float("nan")), "drops": r["drops"],
             "frames": r["frames"], "peak_pss_mib": r["peak_pss_mib"],
         }  # fmt: skip
