@@ -8,6 +8,7 @@ with GStreamer) using the software decoder ``avdec_h264`` where a Jetson would u
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -56,11 +57,7 @@ def test_raw_pipeline_is_a_live_source():
     source = VideoSource(pipeline)
     assert source.live and source.policy == "latest"
     with StreamLoader([source], size=(64, 64), layout="NCHW", color="rgb") as loader:
-        batches = []
-        for batch in loader:
-            batches.append(batch)
-            if len(batches) == 10:
-                break
+        batches = list(itertools.islice(loader, 10))
         stats = loader.stats()["streams"][0]
     assert stats["pipeline"] == pipeline and stats["state"] == "streaming"
     assert all(tuple(b.frames.shape) == (1, 3, 64, 64) for b in batches)
@@ -79,11 +76,7 @@ def test_rtsp_through_rtspsrc_and_the_decoder_chain(tmp_path_factory):
         url = server.start(clip(media_dir(tmp_path_factory), size=(160, 120), seconds=2.0))
         source = VideoSource(url, backend="gstreamer")
         with StreamLoader([source], size=(80, 60)) as loader:
-            batches = []
-            for batch in loader:
-                batches.append(batch)
-                if len(batches) == 10:
-                    break
+            batches = list(itertools.islice(loader, 10))
             stats = loader.stats()["streams"][0]
     finally:
         server.stop()
