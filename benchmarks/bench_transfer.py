@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from edgeload.cuda_memory import allocate, as_cuda_tensor, wait_gpu_idle
-from edgeload.gpu import check_memory_mode, cuda_device, cuda_status
-from edgeload.transfer import DeviceCopier
+from edgeload.cuda.memory import allocate, as_cuda_tensor, wait_gpu_idle
+from edgeload.cuda.status import check_memory_mode, cuda_device, cuda_status
+from edgeload.cuda.transfer import DeviceCopier
 
 METHODS = ("pageable", "stock_pin_memory", "pinned", "mapped", "managed")
 _WAIT_S = 30.0

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from edgeload.buffers import Slot, SlotPool, SlotRef, attach
 from edgeload.measure import tree_pss_bytes
-from edgeload.workers import WorkerPool
+from edgeload.pipeline.slots import Slot, SlotPool, SlotRef, attach
+from edgeload.pipeline.workers import WorkerPool
 
 MIB = 1 << 20
 DEPTH = 4  # tasks in flight, like torch's prefetch_factor=2 x 2 workers

@@ -1,9 +1,12 @@
 """edgeload: data loading for PyTorch on edge devices."""
 
 from ._version import __version__
-from .autotune import DatasetWorkload, TuneResult, VideoWorkload, autotune
-from .buffers import SlotPool
-from .cuda_memory import as_cuda_tensor
+from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
+from .checkpoint import load_state, save_state
+from .cuda.memory import as_cuda_tensor
+from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
+from .cuda.transfer import DeviceCopier
+from .dataset.loader import DataLoader, get_worker_info
 from .errors import (
     ClosedError,
     EdgeloadError,
@@ -14,16 +17,13 @@ from .errors import (
     WorkerError,
     WorkerTimeout,
 )
-from .gpu import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
-from .loader import DataLoader, get_worker_info
-from .plan import Plan, Threads, plan_for
-from .prefetch import Prefetcher
-from .probe import Platform, probe
-from .profile import Profile, load_profile
-from .state import load_state, save_state
-from .transfer import DeviceCopier
+from .pipeline.prefetch import Prefetcher
+from .pipeline.slots import SlotPool
+from .pipeline.workers import WorkerPool
+from .platform.plan import Plan, Threads, plan_for
+from .platform.probe import Platform, probe
+from .platform.profile import Profile, load_profile
 from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
-from .workers import WorkerPool
 
 __all__ = [
     "Batch",

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the checkout's edgeload, also without `pip install`
 
-from edgeload.cli import main  # noqa: E402
+from edgeload.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["autotune", *sys.argv[1:]]))

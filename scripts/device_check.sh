@@ -67,7 +67,7 @@ if [[ -n "$missing" ]]; then
   fi
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$py" -c 'import edgeload.gpu as g; print("edgeload:", g.cuda_status().reason); print("auto memory mode:", g.auto_memory_mode())' 2>&1 | tee -a "$out/env.txt"; then
+if ! "$py" -c 'import edgeload.cuda.status as g; print("edgeload:", g.cuda_status().reason); print("auto memory mode:", g.auto_memory_mode())' 2>&1 | tee -a "$out/env.txt"; then
   echo "FAIL: edgeload does not import with $py (see above)"
   exit 1
 fi
@@ -81,8 +81,8 @@ pytest_args=(-q -rfEs -p no:cacheprovider --junitxml="$out/junit.xml")
 "$py" -c 'import pytest_timeout' 2>/dev/null || pytest_args+=(-W "ignore::pytest.PytestConfigWarning")
 # conftest.py needs psutil (leak checks); without it run the tests bare rather than not at all.
 "$py" -c 'import psutil' 2>/dev/null || { echo "psutil missing: running without conftest.py"; pytest_args+=(--noconftest); }
-tests=(tests/test_cuda.py tests/test_memory_modes.py)
-[[ -f tests/test_buffers.py && ! " ${pytest_args[*]} " =~ " --noconftest " ]] && tests+=(tests/test_buffers.py)
+tests=(tests/cuda/test_cuda.py tests/cuda/test_memory_modes.py)
+[[ -f tests/pipeline/test_slots.py && ! " ${pytest_args[*]} " =~ " --noconftest " ]] && tests+=(tests/pipeline/test_slots.py)
 if "$py" -c 'import pytest' 2>/dev/null; then
   EDGELOAD_REQUIRE_CUDA=1 timeout 150 "$py" -m pytest "${pytest_args[@]}" "${tests[@]}" 2>&1 | tee "$out/pytest.txt" || status=1
 else

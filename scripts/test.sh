@@ -15,7 +15,7 @@ say "mypy"
 say "pytest"
 "$venv/bin/python" -m pytest "$@"
 
-# The GStreamer path (tests/test_video_gst.py) needs an OpenCV with GStreamer: Debian's
+# The GStreamer path (tests/video/test_gst.py) needs an OpenCV with GStreamer: Debian's
 # python3-opencv, in .venv-gst made from the system Python (edgeload editable, no deps).
 gst_py=/usr/bin/python3
 if "$gst_py" -c 'import cv2, re, sys; sys.exit(not re.search(r"GStreamer:\s+YES", cv2.getBuildInformation()))' 2>/dev/null; then
@@ -25,7 +25,7 @@ if "$gst_py" -c 'import cv2, re, sys; sys.exit(not re.search(r"GStreamer:\s+YES"
     .venv-gst/bin/python -c 'import edgeload' 2>/dev/null ||
         .venv-gst/bin/python -m pip install -q --no-deps -e .
     say "pytest: GStreamer OpenCV (.venv-gst)"
-    EDGELOAD_REQUIRE_GSTREAMER=1 .venv-gst/bin/python -m pytest -p no:cacheprovider tests/test_video_gst.py
+    EDGELOAD_REQUIRE_GSTREAMER=1 .venv-gst/bin/python -m pytest -p no:cacheprovider tests/video/test_gst.py
 else
     say "$gst_py has no OpenCV with GStreamer: the GStreamer tests are skipped"
 fi

@@ -83,7 +83,7 @@ def pytest_runtest_setup(item):
     """Skip ``cuda`` tests without usable CUDA; fail them when EDGELOAD_REQUIRE_CUDA=1."""
     if item.get_closest_marker("cuda") is None:
         return
-    from edgeload.gpu import cuda_status
+    from edgeload.cuda.status import cuda_status
 
     status = cuda_status()
     if status.usable:

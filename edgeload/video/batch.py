@@ -19,7 +19,7 @@ import numpy as np
 
 from .._deps import require_torch
 from ..errors import SourceError
-from .batching import Assembler, Sealed
+from .assembler import Assembler, Sealed
 from .reader import Sink, StreamReader
 from .resize import FrameWriter
 from .source import FrameInfo, SourceState, VideoSource

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .._deps import require_cv2
-from .backends import Target, open_capture
+from .capture import Target, open_capture
 from .source import FrameInfo, SourceState, VideoSource
 
 # A sink takes the decoded BGR frame (only valid during the call) and its info, and
@@ -35,7 +35,7 @@ class StreamReader:
 
     Args:
         source: what to read.
-        target: how to open it (from :func:`~edgeload.video.backends.build_target`).
+        target: how to open it (from :func:`~edgeload.video.capture.build_target`).
         stream_id: the stream's number in its loader (names the thread).
         sink: receives each frame; see :data:`Sink`.
         ffmpeg_threads: FFmpeg decode threads for this stream.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import SourceError
-from .backends import NETWORK_KINDS, SourceKind, classify
+from .capture import NETWORK_KINDS, SourceKind, classify
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")

@@ -20,14 +20,14 @@ from typing import Any, Literal
 import numpy as np
 
 from .._deps import require_cv2, require_torch
-from .._lifecycle import POLL_INTERVAL_S, State, join_threads
-from ..buffers import SlotPool
 from ..errors import ClosedError, WorkerTimeout
-from ..prefetch import END, Prefetcher
-from ..profile import Profile
-from .backends import Target, build_target, hardware_decoder
+from ..pipeline.lifecycle import POLL_INTERVAL_S, State, join_threads
+from ..pipeline.prefetch import END, Prefetcher
+from ..pipeline.slots import SlotPool
+from ..platform.profile import Profile
+from .assembler import MAX_OPEN, Assembler, Sealed
 from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
-from .batching import MAX_OPEN, Assembler, Sealed
+from .capture import Target, build_target, hardware_decoder
 from .reader import StreamReader
 from .resize import Color, FrameWriter, Layout, ResizeMode
 from .source import Policy, VideoSource, as_source
@@ -48,14 +48,14 @@ def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) ->
 
     Args:
         source: as for :class:`StreamLoader`.
-        platform: the device (default: :func:`edgeload.probe.probe`).
+        platform: the device (default: :func:`edgeload.platform.probe.probe`).
         plan: the loader's plan (default: a plan for one stream on ``platform``).
 
     Raises:
         SourceError: the source cannot be used here.
     """
-    from ..plan import plan_for
-    from ..probe import probe
+    from ..platform.plan import plan_for
+    from ..platform.probe import probe
 
     src = as_source(source)
     platform = probe() if platform is None else platform
@@ -83,7 +83,7 @@ class StreamLoader:
             ``raise`` (the next batch raises SourceError).
         timeout_s: most seconds to wait for a batch before raising WorkerTimeout.
         profile: the profile to plan with (default: this device's, tuned one included,
-            as :func:`edgeload.profile.load_profile` finds it).
+            as :func:`edgeload.platform.profile.load_profile` finds it).
 
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
@@ -131,8 +131,8 @@ class StreamLoader:
             self._make_stream(src)
         if not self._streams:
             raise ValueError("StreamLoader: no sources given; pass at least one")
-        from ..plan import plan_for
-        from ..probe import probe
+        from ..platform.plan import plan_for
+        from ..platform.probe import probe
 
         self.platform = probe()
         live = any(s.source.policy == "latest" for s in self._streams.values())

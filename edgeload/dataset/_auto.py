@@ -1,0 +1,71 @@
+"""The loader's one call into the plan: what ``"auto"`` means on this device."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loader import DataLoader
+
+_log = logging.getLogger("edgeload")
+
+
+@dataclass(frozen=True)
+class LoaderChoice:
+    """The resolved settings of one loader."""
+
+    plan: Any
+    """The :class:`~edgeload.platform.plan.Plan` consulted (None when nothing was left on auto)."""
+    num_workers: int
+    worker_kind: str
+    """``"main"`` (num_workers=0), ``"thread"`` or ``"process"``."""
+    pin_memory: bool
+    memory_mode: str
+    """Slot memory: the plan's mode (``host`` without CUDA)."""
+    slot_count: int
+    prefetch_bytes: int | None
+
+
+def resolve_plan(loader: DataLoader) -> LoaderChoice:
+    """Fill what ``loader`` left on ``"auto"`` from ``edgeload.platform.plan.plan_for``."""
+    from ..platform.plan import plan_for
+
+    explicit_kind = loader.worker_kind if loader.worker_kind != "auto" else None
+    if explicit_kind is None and loader.multiprocessing_context is not None:
+        # A start method only means something for processes: the user asked for them.
+        explicit_kind = "process"
+    explicit_count = loader.num_workers if loader.num_workers != "auto" else None
+    plan = plan_for(
+        batch=loader.batch_size or 1,
+        prefetch_bytes=loader.prefetch_bytes,
+        worker_kind=explicit_kind,
+        # The profile knows no 0 ("load in the calling thread"): ask for 1 and ignore it.
+        num_workers=explicit_count or None,
+        memory_mode=None if loader.memory_mode == "auto" else loader.memory_mode,
+    )
+    count = int(plan.num_workers if explicit_count is None else explicit_count)
+    kind = plan.worker_kind if explicit_kind is None else explicit_kind
+    pin = loader.pin_memory
+    if pin == "auto":
+        pin = plan.memory_mode == "pinned"
+    elif pin:
+        torch = __import__("torch")
+        if not torch.cuda.is_available():
+            _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
+            pin = False
+    # One slot per task in flight (see DataLoader._max_in_flight), one for the batch the
+    # user holds and one for the batch being handed over: `for batch in loader` still
+    # holds the previous batch while the next is leased.
+    in_flight = (2 if loader.prefetch_factor is None else loader.prefetch_factor) * count
+    _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
+    return LoaderChoice(
+        plan=plan,
+        num_workers=count,
+        worker_kind="main" if count == 0 else str(kind),
+        pin_memory=bool(pin),
+        memory_mode=str(plan.memory_mode),
+        slot_count=max(2, in_flight + 2),
+        prefetch_bytes=loader.prefetch_bytes or int(plan.prefetch_bytes) or None,
+    )

@@ -1,0 +1,133 @@
+"""Where the loader's tasks run: the calling thread, or a :class:`~edgeload.pipeline.workers.WorkerPool`.
+
+Both executors take the same calls.  A worker's :class:`~edgeload.dataset._fetch.WorkerStart`
+(seed, resume point) travels with the first task sent to it after ``start_worker``, so
+a worker that gets no task in an epoch costs nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any
+
+from ..errors import WorkerTimeout
+from ._fetch import Fetcher, FetchSpec, Result, Task, WorkerStart
+
+
+def _init_worker(spec: FetchSpec, info: Any) -> None:
+    info.state["fetcher"] = Fetcher(spec, info.id, mode=info.kind)
+
+
+def _run(message: tuple[WorkerStart | None, Task]) -> Result:
+    from ..pipeline.workers import current_worker
+
+    info = current_worker()
+    if info is None:  # pragma: no cover - the pool always sets it
+        raise RuntimeError("edgeload loader task run outside a worker")
+    fetcher: Fetcher = info.state["fetcher"]
+    start, task = message
+    if start is not None:
+        fetcher.start(start)
+    return fetcher.run(task)
+
+
+class InlineExecutor:
+    """``num_workers=0``: each task runs in the calling thread when submitted."""
+
+    def __init__(self, spec: FetchSpec) -> None:
+        self._fetcher = Fetcher(spec, 0, mode="main")
+        self._start: WorkerStart | None = None
+        self._done: collections.deque[Result] = collections.deque()
+
+    def start_worker(self, worker: int, start: WorkerStart) -> None:
+        self._start = start
+
+    def slot_handle(self, slot: Any) -> Any:
+        return None if slot is None else slot.array
+
+    def submit(self, worker: int, task: Task) -> None:
+        if self._start is not None:
+            self._fetcher.start(self._start)
+            self._start = None
+        self._done.append(self._fetcher.run(task))
+
+    def get(self, *, timeout_s: float | None) -> Result:
+        return self._done.popleft()
+
+    def close(self) -> None:
+        self._done.clear()
+
+
+class PoolExecutor:
+    """``num_workers > 0``: tasks go to a WorkerPool of threads or processes."""
+
+    def __init__(
+        self, spec: FetchSpec, *, kind: str, num_workers: int, start_method: str | None
+    ) -> None:
+        from ..pipeline.workers import WorkerPool
+
+        self.kind = kind
+        self._pool = WorkerPool(
+            _run,
+            kind=kind,  # type: ignore[arg-type]
+            num_workers=num_workers,
+            start_method=start_method,
+            init_fn=functools.partial(_init_worker, spec),
+            # The loader applies its own timeout; the pool only watches for deaths.
+            timeout_s=None,
+            name="loader",
+        )
+        self._starts: dict[int, WorkerStart] = {}
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of process workers (empty for threads)."""
+        return self._pool.pids
+
+    def start_worker(self, worker: int, start: WorkerStart) -> None:
+        self._starts[worker] = start
+
+    def slot_handle(self, slot: Any) -> Any:
+        if slot is None:
+            return None
+        return slot.ref if self.kind == "process" else slot.array
+
+    def submit(self, worker: int, task: Task) -> None:
+        self._pool.submit((self._starts.pop(worker, None), task), worker=worker)
+
+    def get(self, *, timeout_s: float | None) -> Result:
+        try:
+            result: Result = self._pool.get(timeout_s=timeout_s).value
+        except WorkerTimeout as exc:
+            raise WorkerTimeout(
+                f"DataLoader timed out after {timeout_s} seconds with no batch from its "
+                f"{self.kind} workers; a worker is stuck in the dataset (or raise timeout=). "
+                f"{exc}",
+                index=exc.index,
+                worker=exc.worker,
+            ) from exc
+        return result
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def make_executor(
+    spec: FetchSpec, *, kind: str, num_workers: int, context: Any
+) -> InlineExecutor | PoolExecutor:
+    """The executor for ``num_workers`` workers of ``kind`` (0: the calling thread).
+
+    Args:
+        spec: what the workers load.
+        kind: ``"thread"`` or ``"process"``.
+        num_workers: 0 or more.
+        context: torch's ``multiprocessing_context``: None, a start method name, or a
+            ``multiprocessing`` context.
+    """
+    if num_workers == 0:
+        return InlineExecutor(spec)
+    method = context
+    if context is not None and not isinstance(context, str):
+        method = context.get_start_method()
+    return PoolExecutor(spec, kind=kind, num_workers=num_workers, start_method=method)

@@ -1,0 +1,116 @@
+"""The loader's batch slots: made once the first batch shows the samples' layout.
+
+Slots are used only with the default collate and fixed-size samples.  The first
+batches are collated by ``default_collate``; the worker that made the first one also
+sends a :class:`~edgeload.dataset._collate.SlotLayout`, and from then on each task is given a
+slot (when one is free) to write its samples into.  A slot the user still holds a
+batch of is never handed out again (the pool's lease rule); if none is free the task
+runs without one, so a user who keeps every batch slows nothing down and loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..errors import PlatformError
+from . import _collate
+from ._fetch import Result
+
+_log = logging.getLogger("edgeload")
+
+
+class LoaderSlots:
+    """Owns the :class:`~edgeload.pipeline.slots.SlotPool` of one loader (or none)."""
+
+    def __init__(
+        self, *, enabled: bool, count: int, budget_bytes: int | None, shared: bool, mode: str
+    ) -> None:
+        self.enabled = enabled
+        self._count = max(2, count)
+        self._budget_bytes = budget_bytes
+        self._shared = shared
+        self._mode = mode
+        self._pool: Any = None
+        self.layout: _collate.SlotLayout | None = None
+
+    def offer_layout(self, layout: _collate.SlotLayout) -> None:
+        """Create the pool for ``layout`` (the first offer wins)."""
+        if not self.enabled or self.layout is not None:
+            return
+        from ..pipeline.slots import SlotPool
+
+        if self._budget_bytes:
+            # The prefetch budget caps the tasks in flight at budget // nbytes (at least
+            # one); one slot each, plus the batch the user holds.
+            self._count = max(2, min(self._count, self._budget_bytes // layout.nbytes + 1))
+        # A fixed count (no max_bytes growth): when the user keeps batches, a task
+        # without a free slot gets fresh memory, which goes when the batch goes.
+        max_bytes = None
+        try:
+            self._pool = self._make_pool(SlotPool, layout, max_bytes, self._mode)
+        except PlatformError as exc:
+            _log.warning("edgeload: loader slots in host memory: %s", exc)
+            self._mode = "host"
+            self._pool = self._make_pool(SlotPool, layout, max_bytes, "host")
+        self.layout = layout
+
+    def _make_pool(self, cls: Any, layout: _collate.SlotLayout, max_bytes: Any, mode: str) -> Any:
+        return cls(
+            (layout.nbytes,),
+            "uint8",
+            count=self._count,
+            max_bytes=max_bytes,
+            mode=mode,
+            shared=self._shared,
+            name="edgeload-loader-slots",
+        )
+
+    @property
+    def page_locked(self) -> bool:
+        """Whether slot memory is already page-locked (a GPU mode): no pinning needed."""
+        return self._pool is not None and self._mode != "host"
+
+    def acquire(self, index: Any) -> tuple[Any, _collate.SlotLayout | None]:
+        """A free slot for a task of ``index`` and its layout, or ``(None, None)``."""
+        layout = self.layout
+        if self._pool is None or layout is None or not isinstance(index, list):
+            return None, None
+        if len(index) != layout.batch_size:
+            return None, None
+        try:
+            return self._pool.acquire(timeout_s=0), layout
+        except TimeoutError:
+            return None, None
+
+    def release(self, slot: Any) -> None:
+        """Give back a slot whose task produced nothing in it."""
+        if slot is not None and self._pool is not None:
+            self._pool.release(slot)
+
+    def finish(self, slot: Any, result: Result) -> Any:
+        """The batch of ``result``: views of its slot, or the data it carried."""
+        if slot is None or not result.rows or self.layout is None:
+            self.release(slot)
+            return result.data
+        view = self._pool.lease(slot)
+        return _collate.read_batch(self.layout, view, result.rows)
+
+    def stats(self) -> dict[str, Any]:
+        """Slot counters (empty before the pool exists)."""
+        if self._pool is None:
+            return {}
+        s = self._pool.stats()
+        return {
+            "slots": s.count,
+            "slot_bytes": self.layout.nbytes if self.layout else 0,
+            "slots_held_by_user": s.leased,
+            "slot_copies": s.copies,
+        }
+
+    def close(self) -> None:
+        """Free the pool (batches the user holds keep their memory mapped)."""
+        if self._pool is not None:
+            self._pool.close()
+        self._pool = None
+        self.layout = None

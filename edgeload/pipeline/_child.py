@@ -1,0 +1,130 @@
+"""What runs inside a worker process, and how failures travel as data.
+
+Kept apart from ``workers.py`` so a spawned child imports little before it has capped
+its thread pools: ``fn`` arrives pickled and is loaded only after
+``limit_library_threads`` has set ``OMP_NUM_THREADS`` and friends.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import pickle
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..errors import PlatformError
+from ._shm import SHM_DIR, detach_all
+from .lifecycle import POLL_INTERVAL_S, limit_library_threads
+
+INIT_INDEX = -1
+"""The task index a failed ``init_fn`` reports under."""
+
+
+@dataclasses.dataclass
+class Failure:
+    """An exception from a worker, as data: the original when it pickles, its text always."""
+
+    exc: BaseException | None
+    type_name: str
+    message: str
+    traceback_text: str
+
+    @classmethod
+    def capture(cls, exc: BaseException, *, pickled: bool) -> Failure:
+        """Describe ``exc``; with ``pickled``, keep it only if it survives pickling."""
+        keep: BaseException | None = exc
+        if pickled:
+            try:
+                pickle.loads(pickle.dumps(exc))
+            except Exception:
+                keep = None
+        return cls(
+            exc=keep,
+            type_name=type(exc).__qualname__,
+            message=str(exc),
+            traceback_text="".join(traceback.format_exception(exc)),
+        )
+
+
+Message = tuple[int, int, bool, Any]
+"""``(task index, worker id, ok, value or Failure)``, from worker to consumer."""
+
+
+def run_task(
+    fn: Callable[[Any], Any], index: int, wid: int, task: Any, *, pickled: bool
+) -> Message:
+    """Run one task; an exception becomes a Failure message instead of escaping."""
+    try:
+        return (index, wid, True, fn(task))
+    except BaseException as exc:
+        return (index, wid, False, Failure.capture(exc, pickled=pickled))
+
+
+def _explain(exc: Exception) -> Exception:
+    """Name the fix when a result could not be sent because /dev/shm is full."""
+    text = str(exc)
+    if "shared memory" not in text and "No space left" not in text:
+        return exc
+    err = PlatformError(
+        f"a worker process could not hand over its result through {SHM_DIR} ({text}); it is "
+        "too small for this batch size: in Docker start the container with a larger "
+        "--shm-size (e.g. --shm-size=1g), or use thread workers (worker_kind='thread')"
+    )
+    err.__cause__ = exc
+    return err
+
+
+def process_main(
+    conn: Connection,
+    payload: bytes,
+    info_fields: dict[str, Any],
+    threads_per_worker: int,
+) -> None:
+    """Serve tasks from ``conn`` until ``None``, EOF or the parent's death."""
+    # Ctrl-C reaches the whole process group; the parent alone decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_library_threads(threads_per_worker)
+    from ._worker_info import WorkerInfo, set_current
+
+    fn, init_fn = pickle.loads(payload)
+    info = WorkerInfo(**info_fields, stop_event=threading.Event())
+    set_current(info)
+    wid, parent = info.id, os.getppid()
+    try:
+        if init_fn is not None:
+            out = run_task(init_fn, INIT_INDEX, wid, info, pickled=True)
+            if not out[2]:
+                conn.send(out)
+                return
+        queued: collections.deque[tuple[int, Any]] = collections.deque()
+        while True:
+            # Read everything waiting before the next task, so a stop (None) queued
+            # behind many tasks is seen after the current task, not after all of them.
+            while conn.poll(0 if queued else POLL_INTERVAL_S):
+                msg = conn.recv()
+                if msg is None:
+                    return
+                queued.append(msg)
+            if not queued:
+                if os.getppid() != parent:
+                    return  # orphaned: the parent died without closing
+                continue
+            msg = queued.popleft()
+            out = run_task(fn, msg[0], wid, msg[1], pickled=True)
+            try:
+                conn.send(out)
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception as exc:  # the result did not pickle or found no shared memory
+                conn.send((msg[0], wid, False, Failure.capture(_explain(exc), pickled=True)))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return
+    finally:
+        info.stop_event.set()
+        detach_all()

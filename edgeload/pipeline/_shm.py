@@ -1,0 +1,237 @@
+"""Shared-memory segments as files in ``/dev/shm``, and the worker-side attach cache.
+
+edgeload creates the files itself rather than through ``multiprocessing.shared_memory``:
+that class registers every attach with the resource tracker (Python < 3.13), which
+then unlinks or warns about segments the parent still owns, and its ``__del__`` raises
+BufferError while numpy views exist. A plain file plus ``mmap`` has neither problem, and
+the owner unlinks it on close, on garbage collection and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import mmap
+import os
+import secrets
+import threading
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import PlatformError
+
+__all__ = [
+    "SHM_DIR",
+    "HostMemory",
+    "SharedSegment",
+    "SlotRef",
+    "attach",
+    "check_shm_space",
+    "detach_all",
+    "sweep_stale_segments",
+]
+
+SHM_DIR = "/dev/shm"
+"""Where shared slots live (a tmpfs on Linux; Docker gives it 64 MiB by default)."""
+SEGMENT_PREFIX = "edgeload-"
+# A segment younger than this is never swept: its creator may not hold its lock yet.
+_SWEEP_MIN_AGE_S = 30.0
+
+_log = logging.getLogger("edgeload")
+_swept: set[str] = set()
+_sweep_lock = threading.Lock()
+
+_MIB = 1 << 20
+
+
+def check_shm_space(nbytes: int, *, shm_dir: str = SHM_DIR, what: str = "shared slots") -> None:
+    """Raise PlatformError unless ``shm_dir`` has ``nbytes`` free.
+
+    tmpfs accepts a file larger than its free space and kills the writer with SIGBUS
+    later, so the check must come before the segment is created.
+
+    Raises:
+        PlatformError: not enough room (the message names ``--shm-size``), or no such dir.
+    """
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError as exc:
+        raise PlatformError(
+            f"{shm_dir} is not usable for {what} ({exc}); use thread workers instead"
+        ) from exc
+    free = st.f_bavail * st.f_frsize
+    if nbytes > free:
+        need_mib = -(-nbytes // _MIB)
+        raise PlatformError(
+            f"{shm_dir} has {free / _MIB:.1f} MiB free but {what} need {need_mib} MiB. "
+            f"In Docker, start the container with --shm-size={max(need_mib * 2, 256)}m "
+            "(the default is 64m); or lower the batch size or prefetch budget; or use "
+            "thread workers (worker_kind='thread'), which need no shared memory"
+        )
+
+
+class SharedSegment:
+    """One shared-memory file, mapped read-write; the creator owns and unlinks it.
+
+    Args:
+        nbytes: size in bytes (> 0).
+        shm_dir: directory of the tmpfs.
+        tag: short text put in the file name, for whoever lists ``/dev/shm``.
+
+    Raises:
+        PlatformError: too little room in ``shm_dir`` (see :func:`check_shm_space`).
+    """
+
+    def __init__(self, nbytes: int, *, shm_dir: str = SHM_DIR, tag: str = "slots") -> None:
+        check_shm_space(nbytes, shm_dir=shm_dir)
+        self.name: str | None = f"edgeload-{os.getpid()}-{tag}-{secrets.token_hex(4)}"
+        self.shm_dir = shm_dir
+        self.path = os.path.join(shm_dir, self.name)
+        sweep_stale_segments(shm_dir)
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            # Held for the segment's life: a sweeper in a later process can take the
+            # exclusive lock only once this owner is gone (even SIGKILLed).
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            os.ftruncate(fd, nbytes)
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, nbytes)
+        except BaseException:
+            os.unlink(self.path)
+            os.close(fd)
+            raise
+        self._lock_fd: int | None = fd
+        self.buffer = memoryview(self._mmap)
+        self._owner_pid = os.getpid()
+
+    def close(self) -> None:
+        """Unlink the file and unmap it once no view is left; idempotent."""
+        if os.getpid() == self._owner_pid:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        self.buffer.release()
+        if self._mmap is not None:
+            # A batch the user kept still maps it: then it is unmapped when that goes.
+            with contextlib.suppress(BufferError):
+                self._mmap.close()
+            self._mmap = None
+
+
+def sweep_stale_segments(shm_dir: str = SHM_DIR, *, force: bool = False) -> list[str]:
+    """Unlink segments whose owning process is gone; once per directory and process
+    unless ``force``.
+
+    A process killed with SIGKILL cannot unlink its segments. Each owner holds a shared
+    ``flock`` on its segment, so a segment on which an exclusive lock succeeds has no
+    owner left - this holds across PID namespaces sharing one ``/dev/shm``, where a PID
+    check would not.
+
+    Returns:
+        The names removed.
+    """
+    with _sweep_lock:
+        if shm_dir in _swept and not force:
+            return []
+        _swept.add(shm_dir)
+    removed = []
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(SEGMENT_PREFIX)]
+    except OSError:
+        return []
+    now = time.time()
+    for name in names:
+        path = os.path.join(shm_dir, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime < _SWEEP_MIN_AGE_S:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # an owner still holds it (or it vanished)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            removed.append(name)
+        finally:
+            os.close(fd)
+    if removed:
+        _log.warning(
+            "removed %d shared-memory segment(s) left in %s by killed processes: %s",
+            len(removed),
+            shm_dir,
+            ", ".join(removed),
+        )
+    return removed
+
+
+class HostMemory:
+    """Private page-aligned memory (anonymous mmap)."""
+
+    name: str | None = None
+    shm_dir = ""
+
+    def __init__(self, nbytes: int) -> None:
+        self._mmap = mmap.mmap(-1, nbytes)
+        self.buffer = memoryview(self._mmap)
+
+    def close(self) -> None:
+        self.buffer.release()
+        # A batch the user kept still maps it: then it is unmapped when that goes.
+        with contextlib.suppress(BufferError):
+            self._mmap.close()
+
+
+class SlotRef(NamedTuple):
+    """A picklable handle to one shared slot, for a worker process to write into."""
+
+    segment: str
+    """File name of the segment in ``shm_dir``."""
+    shm_dir: str
+    offset: int
+    """Byte offset of the slot in the segment (page-aligned)."""
+    shape: tuple[int, ...]
+    dtype: str
+    slot_index: int
+    """Slot index in its pool."""
+
+
+_attached: dict[str, mmap.mmap] = {}
+_attach_lock = threading.Lock()
+
+
+def attach(ref: SlotRef) -> np.ndarray:
+    """Return a writable array over the slot ``ref`` names, mapping its segment once.
+
+    Raises:
+        FileNotFoundError: the segment is gone (its pool was closed).
+    """
+    path = os.path.join(ref.shm_dir, ref.segment)
+    with _attach_lock:
+        mm = _attached.get(path)
+        if mm is None:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            _attached[path] = mm
+    count = int(np.prod(ref.shape))
+    flat = np.frombuffer(mm, dtype=np.dtype(ref.dtype), count=count, offset=ref.offset)
+    return flat.reshape(ref.shape)
+
+
+def detach_all() -> None:
+    """Unmap every segment this process attached (views still alive keep theirs)."""
+    with _attach_lock:
+        for mm in _attached.values():
+            with contextlib.suppress(BufferError):
+                mm.close()
+        _attached.clear()

@@ -1,0 +1,122 @@
+"""The slot pool's types and bookkeeping: slot memory, and which slot is where.
+
+Kept apart from :mod:`edgeload.pipeline.slots` so the pool's finalizer and the weak-reference
+callbacks hold this state and never the pool itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from ._shm import SlotRef
+
+__all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats"]
+
+
+class Backing(Protocol):
+    """Memory behind one or more slots, as an allocator returns it."""
+
+    @property
+    def buffer(self) -> memoryview:
+        """The whole region, writable, starting page-aligned."""
+
+    @property
+    def name(self) -> str | None:
+        """The shared segment's name for :class:`SlotRef`, or None when private."""
+
+    @property
+    def shm_dir(self) -> str:
+        """The directory of the shared segment ("" when private)."""
+
+    def close(self) -> None:
+        """Free (and unlink) the memory; views still alive keep their pages mapped."""
+
+
+Allocator = Callable[[int, bool, str], Backing]
+"""``allocator(nbytes, shared, shm_dir) -> Backing``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One acquired slot, for the producer to fill."""
+
+    index: int
+    """Its index in the pool (stable for the pool's life)."""
+    array: np.ndarray
+    """The whole slot, writable, in this process."""
+    ref: SlotRef | None
+    """For a process worker: ``attach(ref)`` gives the same memory; None if not shared."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotStats:
+    """A snapshot of a :class:`SlotPool`."""
+
+    count: int
+    """Slots allocated now (grows within max_bytes)."""
+    free: int
+    acquired: int
+    """Held by producers (acquired, not yet leased or released)."""
+    leased: int
+    """Views held by the consumer."""
+    copies: int
+    """Batches delivered as copies because the consumer kept every slot."""
+    nbytes: int
+    """Bytes allocated."""
+
+
+class PoolCore:
+    """The pool's state; its finalizer and lease callbacks hold this, never the pool.
+
+    Invariant: every slot index is in exactly one of ``free``, ``acquired``, ``leased``
+    (until close, which empties all three).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cond = threading.Condition(threading.RLock())  # reentrant: GC may free a
+        # leased view, and so run on_release, while this thread already holds it
+        self.backings: list[Backing] = []
+        self.arrays: list[np.ndarray] = []
+        self.refs: list[SlotRef | None] = []
+        self.views: list[tuple[int, int]] = []  # (backing index, byte offset) per slot
+        self.free: list[int] = []
+        self.acquired: set[int] = set()
+        self.leased: dict[int, weakref.ref[np.ndarray]] = {}
+        self.closed = False
+
+    def on_release(self, index: int) -> None:
+        with self.cond:
+            if self.leased.pop(index, None) is not None and not self.closed:
+                self.free.append(index)
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.free.clear()
+            self.acquired.clear()
+            self.leased.clear()
+            self.arrays.clear()
+            self.cond.notify_all()
+            backings, self.backings = self.backings, []
+        for backing in backings:
+            backing.close()
+
+
+class Releaser:
+    """Weak-reference callback: the consumer dropped the last view of a slot."""
+
+    __slots__ = ("_core", "_index")
+
+    def __init__(self, core: PoolCore, index: int) -> None:
+        self._core, self._index = core, index
+
+    def __call__(self, _ref: object) -> None:
+        self._core.on_release(self._index)

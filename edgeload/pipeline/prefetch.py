@@ -1,0 +1,290 @@
+"""A prefetch queue bounded both in items and in bytes.
+
+Producers ``put`` items with their size; the consumer ``get``s them. Two policies:
+
+- ``block``: back-pressure. ``put`` waits for room, so every item arrives once, in order.
+- ``latest``: for live cameras. ``put`` never waits: it drops the oldest items until the
+  new one fits, counts them, and hands each to ``on_drop`` so its slot can be recycled.
+
+End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Final, Generic, Literal, TypeVar
+
+from ..errors import ClosedError, WorkerTimeout
+from .lifecycle import POLL_INTERVAL_S, State
+
+__all__ = ["END", "Policy", "PrefetchStats", "Prefetcher"]
+
+T = TypeVar("T")
+Policy = Literal["block", "latest"]
+_POLICIES: Final = ("block", "latest")
+
+
+class _End:
+    """The end-of-stream sentinel type (one instance: :data:`END`)."""
+
+    _instance: _End | None = None
+
+    def __new__(cls) -> _End:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "edgeload.END"
+
+    def __reduce__(self) -> str:
+        return "END"
+
+
+END: Final = _End()
+"""End of stream: ``Prefetcher.get()`` returns it once every item before it was taken."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefetchStats:
+    """A snapshot of a :class:`Prefetcher`'s counters."""
+
+    depth: int
+    """Items held now."""
+    bytes_held: int
+    """Bytes held now (the sum of the ``nbytes`` given to ``put``)."""
+    max_items: int
+    """The item bound."""
+    max_bytes: int | None
+    """The byte bound (None: unbounded in bytes)."""
+    producer_wait_s: float
+    """Total time producers spent waiting for room (``block``)."""
+    consumer_wait_s: float
+    """Total time the consumer spent waiting for an item."""
+    drops: int
+    """Items dropped by ``latest`` to make room."""
+    put_count: int
+    """Items accepted by ``put`` (not counting END)."""
+    get_count: int
+    """Items returned by ``get`` (not counting END)."""
+
+
+class Prefetcher(Generic[T]):
+    """A thread-safe FIFO between producers and one consumer, bounded in items and bytes.
+
+    Args:
+        max_items: most items held at once (>= 1).
+        max_bytes: most bytes held at once, or None for no byte bound. An item larger
+            than this is refused with ValueError rather than wedging the queue.
+        policy: ``"block"`` (put waits for room) or ``"latest"`` (put drops the oldest).
+        on_drop: called with each item ``latest`` drops (outside the lock), e.g. to
+            release its slot. Exceptions from it propagate to the producer.
+        name: used in messages.
+
+    Raises:
+        ValueError: a bound below 1 or an unknown policy.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_items: int,
+        max_bytes: int | None = None,
+        policy: Policy = "block",
+        on_drop: Callable[[T], None] | None = None,
+        name: str = "prefetch",
+    ) -> None:
+        if policy not in _POLICIES:
+            raise ValueError(f"{name}: policy must be 'block' or 'latest', got {policy!r}")
+        if max_items < 1:
+            raise ValueError(f"{name}: max_items must be >= 1, got {max_items}")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
+        self.name = name
+        self.policy: Policy = policy
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._on_drop = on_drop
+        self._items: collections.deque[tuple[T | _End, int]] = collections.deque()
+        self._bytes = 0
+        self._ended = False
+        self._state = State.OPEN
+        self._cond = threading.Condition(threading.Lock())
+        self._producer_wait_s = 0.0
+        self._consumer_wait_s = 0.0
+        self._drops = 0
+        self._puts = 0
+        self._gets = 0
+
+    def __enter__(self) -> Prefetcher[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[T]:
+        """Yield items until END (each ``get`` uses its default timeout)."""
+        while True:
+            item = self.get()
+            if item is END:
+                return
+            yield item  # type: ignore[misc]
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._state is State.CLOSED
+
+    def _fits(self, nbytes: int) -> bool:
+        if len(self._items) >= self.max_items:
+            return False
+        return self.max_bytes is None or self._bytes + nbytes <= self.max_bytes
+
+    def _check_open(self, what: str) -> None:
+        if self._state is State.CLOSED:
+            raise ClosedError(f"{self.name}: {what} after close()")
+
+    def put(self, item: T, *, nbytes: int = 0, timeout_s: float | None = None) -> None:
+        """Add ``item`` of ``nbytes`` bytes; with ``block``, wait for room.
+
+        Args:
+            item: anything but END (use ``put_end``).
+            nbytes: its size in bytes, counted against ``max_bytes``.
+            timeout_s: most seconds to wait for room (``block``); None waits until room
+                or close().
+
+        Raises:
+            ClosedError: the queue is closed (also while waiting).
+            TimeoutError: no room within ``timeout_s``.
+            ValueError: ``nbytes`` above ``max_bytes``, negative, or a put after END.
+        """
+        if nbytes < 0 or (self.max_bytes is not None and nbytes > self.max_bytes):
+            raise ValueError(
+                f"{self.name}: item of {nbytes} bytes cannot fit max_bytes={self.max_bytes}; "
+                "raise max_bytes (the prefetch budget) or use smaller batches"
+            )
+        dropped: list[T] = []
+        with self._cond:
+            self._check_open("put()")
+            if self._ended:
+                raise ValueError(f"{self.name}: put() after put_end()")
+            if self.policy == "latest":
+                while not self._fits(nbytes):
+                    old, old_bytes = self._items.popleft()
+                    self._bytes -= old_bytes
+                    self._drops += 1
+                    dropped.append(old)  # type: ignore[arg-type]
+            else:
+                self._wait_for(lambda: self._fits(nbytes), timeout_s, "put", "room")
+            self._items.append((item, nbytes))
+            self._bytes += nbytes
+            self._puts += 1
+            self._cond.notify_all()
+        if self._on_drop is not None:
+            for old in dropped:
+                self._on_drop(old)
+
+    def put_end(self) -> None:
+        """Mark end of stream; ``get`` returns END after the items before it.
+
+        Raises:
+            ClosedError: the queue is closed.
+        """
+        with self._cond:
+            self._check_open("put_end()")
+            if not self._ended:
+                self._ended = True
+                self._items.append((END, 0))
+                self._cond.notify_all()
+
+    def get(self, *, timeout_s: float | None = None) -> T | _End:
+        """Remove and return the oldest item, or END once the stream ended.
+
+        Args:
+            timeout_s: most seconds to wait; None waits until an item or close().
+
+        Raises:
+            ClosedError: the queue is closed (also while waiting).
+            WorkerTimeout: nothing arrived within ``timeout_s``.
+        """
+        with self._cond:
+            self._check_open("get()")
+            self._wait_for(lambda: bool(self._items), timeout_s, "get", "an item")
+            item, nbytes = self._items[0]
+            if item is END:
+                return END  # stays, so every later get also sees END
+            self._items.popleft()
+            self._bytes -= nbytes
+            self._gets += 1
+            self._cond.notify_all()
+            return item
+
+    def _wait_for(
+        self, ready: Callable[[], bool], timeout_s: float | None, op: str, what: str
+    ) -> None:
+        """Wait on the condition (held) until ``ready()``; account the wait to ``op``."""
+        if ready():
+            return
+        start = time.monotonic()
+        deadline = None if timeout_s is None else start + timeout_s
+        try:
+            while not ready():
+                self._check_open(f"{op}()")
+                left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    if op == "get":
+                        raise WorkerTimeout(
+                            f"{self.name}: no item within {timeout_s} s (depth 0); the "
+                            "producers may be stalled or hung; raise timeout_s= if they "
+                            "are just slow",
+                            worker=self.name,
+                        )
+                    raise TimeoutError(
+                        f"{self.name}: no room within {timeout_s} s (depth "
+                        f"{len(self._items)}/{self.max_items}, {self._bytes} bytes held); "
+                        "the consumer is not taking items"
+                    )
+                self._cond.wait(min(left, POLL_INTERVAL_S))
+        finally:
+            waited = time.monotonic() - start
+            if op == "get":
+                self._consumer_wait_s += waited
+            else:
+                self._producer_wait_s += waited
+
+    def stats(self) -> PrefetchStats:
+        """Return a snapshot of the counters."""
+        with self._cond:
+            depth = sum(1 for item, _ in self._items if item is not END)
+            return PrefetchStats(
+                depth=depth,
+                bytes_held=self._bytes,
+                max_items=self.max_items,
+                max_bytes=self.max_bytes,
+                producer_wait_s=self._producer_wait_s,
+                consumer_wait_s=self._consumer_wait_s,
+                drops=self._drops,
+                put_count=self._puts,
+                get_count=self._gets,
+            )
+
+    def drain(self) -> list[T]:
+        """Remove and return every held item (not END), e.g. to release their slots."""
+        with self._cond:
+            items = [item for item, _ in self._items if item is not END]
+            self._items = collections.deque((i, n) for i, n in self._items if i is END)
+            self._bytes = 0
+            self._cond.notify_all()
+            return items  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Wake every waiter with ClosedError and drop held items; idempotent."""
+        with self._cond:
+            self._state = State.CLOSED
+            self._items.clear()
+            self._bytes = 0
+            self._cond.notify_all()

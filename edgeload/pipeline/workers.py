@@ -1,0 +1,265 @@
+"""Thread and process workers behind one interface.
+
+A :class:`WorkerPool` runs ``fn(task)`` in ``num_workers`` threads or processes. Tasks go
+to per-worker inboxes (``submit(task, worker=i)``, or round-robin); results come back on
+one channel, tagged with the task index, in completion order. Exceptions travel as data
+and are raised in the consumer as :class:`~edgeload.errors.WorkerError`; a worker process
+that dies (SIGKILL, OOM killer) is noticed at once; a hung worker makes ``get`` raise
+:class:`~edgeload.errors.WorkerTimeout`.
+
+Threads suit work that releases the GIL (OpenCV decode and resize); processes suit
+GIL-bound Python. Process workers should write array payloads into shared slots
+(:mod:`edgeload.pipeline.slots`) and return only small metadata, so nothing large is pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
+from ._executors import Failure, ProcessBackend, ThreadBackend
+from ._worker_info import WorkerInfo, WorkerKind, choose_start_method, current_worker, set_current
+from .lifecycle import POLL_INTERVAL_S, State, limit_library_threads
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "JOIN_TIMEOUT_S",
+    "WorkerInfo",
+    "WorkerKind",
+    "WorkerPool",
+    "WorkerResult",
+    "choose_start_method",
+    "current_worker",
+]
+
+DEFAULT_TIMEOUT_S = 10.0
+"""How long ``get`` waits for a result before calling the worker hung (seconds)."""
+JOIN_TIMEOUT_S = 2.0
+"""How long ``close`` waits for workers to finish before terminating processes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """One finished task."""
+
+    index: int
+    """The index ``submit`` returned for the task."""
+    value: Any
+    worker: int
+    """Id of the worker that ran it."""
+
+
+class WorkerPool:
+    """Run ``fn(task)`` in worker threads or processes; collect results by task index.
+
+    One consumer thread calls ``submit`` and ``get``. The caller bounds how many tasks
+    are outstanding (e.g. by the number of free slots); inboxes are not bounded.
+
+    Args:
+        fn: called as ``fn(task)`` in a worker; ``current_worker()`` tells which. For
+            processes it must pickle (module-level function or ``functools.partial``).
+        kind: ``"thread"`` or ``"process"``.
+        num_workers: how many workers (>= 1).
+        start_method: process start method; None chooses (see ``choose_start_method``).
+        threads_per_worker: cap on OpenMP/BLAS/torch/cv2 threads in each process worker;
+            thread workers share one process, so only cv2's pool is capped for them.
+        init_fn: called once as ``init_fn(info)`` in each worker before its first task.
+        timeout_s: default ``get`` timeout: no result for this long means a hung worker.
+            None waits forever (still interruptible by Ctrl-C).
+        seed: base seed; worker ``i`` gets ``seed + i`` in its ``WorkerInfo``.
+        name: used in thread/process names (``edgeload-<name>-<i>``) and messages.
+
+    Raises:
+        ValueError: bad kind, count, timeout or start method; an unpicklable fn for
+            process workers.
+        PlatformError: ``fork`` requested after CUDA was initialised.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        kind: WorkerKind = "thread",
+        num_workers: int = 1,
+        start_method: str | None = None,
+        threads_per_worker: int = 1,
+        init_fn: Callable[[WorkerInfo], Any] | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        seed: int = 0,
+        name: str = "workers",
+    ) -> None:
+        if kind not in ("thread", "process"):
+            raise ValueError(f"{name}: kind must be 'thread' or 'process', got {kind!r}")
+        if num_workers < 1:
+            raise ValueError(f"{name}: num_workers must be >= 1, got {num_workers}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"{name}: timeout_s must be > 0 or None, got {timeout_s}")
+        if threads_per_worker < 1:
+            raise ValueError(f"{name}: threads_per_worker must be >= 1, got {threads_per_worker}")
+        self.kind: WorkerKind = kind
+        self.num_workers = num_workers
+        self.timeout_s = timeout_s
+        self.name = name
+        self.start_method = choose_start_method(start_method) if kind == "process" else None
+        self._fn_name = getattr(fn, "__qualname__", repr(fn))
+        self._pending: dict[int, int] = {}  # task index -> worker id
+        self._next_index = 0
+        self._state = State.OPEN
+        infos = [
+            WorkerInfo(
+                id=i,
+                num_workers=num_workers,
+                seed=seed + i,
+                kind=kind,
+                name=f"edgeload-{name}-{i}",
+                stop_event=threading.Event(),
+            )
+            for i in range(num_workers)
+        ]
+        self._backend: ThreadBackend | ProcessBackend
+        if kind == "thread":
+            limit_library_threads(threads_per_worker, env=False, torch=False)
+            self._backend = ThreadBackend(
+                fn, infos=infos, init_fn=init_fn, set_current=set_current, name=name
+            )
+            stop = self._backend.stop
+            for info in infos:
+                info.stop_event = stop
+        else:
+            self._backend = ProcessBackend(
+                fn,
+                infos=infos,
+                init_fn=init_fn,
+                start_method=self.start_method or "spawn",
+                threads_per_worker=threads_per_worker,
+                name=name,
+            )
+        self._finalizer = weakref.finalize(self, self._backend.close, JOIN_TIMEOUT_S)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._state is State.CLOSED
+
+    @property
+    def pending(self) -> int:
+        """Tasks submitted whose result ``get`` has not returned yet."""
+        return len(self._pending)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of process workers (empty for threads)."""
+        if isinstance(self._backend, ProcessBackend):
+            return [p.pid for p in self._backend.procs]
+        return []
+
+    def _check_open(self, what: str) -> None:
+        if self._state is State.CLOSED:
+            raise ClosedError(f"{self.name}: {what} after close()")
+
+    def submit(self, task: Any, *, worker: int | None = None) -> int:
+        """Queue ``task`` for worker ``worker`` (round-robin when None); return its index.
+
+        Raises:
+            ClosedError: the pool is closed.
+            ValueError: no such worker.
+            WorkerError: that worker process is dead.
+        """
+        self._check_open("submit()")
+        index = self._next_index
+        wid = index % self.num_workers if worker is None else worker
+        if not 0 <= wid < self.num_workers:
+            raise ValueError(f"{self.name}: worker must be in 0..{self.num_workers - 1}, got {wid}")
+        try:
+            self._backend.send(wid, index, task)
+        except WorkerError as exc:
+            raise self._death(exc) from None
+        self._next_index += 1
+        self._pending[index] = wid
+        return index
+
+    def get(self, *, timeout_s: float | None = None) -> WorkerResult:
+        """Return the next finished task's result, in completion order.
+
+        Args:
+            timeout_s: most seconds to wait; None uses the pool's ``timeout_s``.
+
+        Raises:
+            ClosedError: the pool is closed.
+            EdgeloadError: nothing is pending.
+            WorkerError: the task raised (the original is ``__cause__``), ``init_fn``
+                failed, or a worker process died (the message names its pid and signal).
+            WorkerTimeout: no result within the timeout.
+        """
+        self._check_open("get()")
+        if not self._pending:
+            raise EdgeloadError(f"{self.name}: get() with no task pending; submit() first")
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
+            try:
+                msg = self._backend.recv(min(left, POLL_INTERVAL_S))
+            except WorkerError as exc:
+                raise self._death(exc) from None
+            if msg is not None:
+                return self._unpack(*msg)
+            self._check_open("get()")
+            if deadline is not None and time.monotonic() >= deadline:
+                first = min(self._pending)
+                raise WorkerTimeout(
+                    f"{self.name}: no result within {timeout} s from {self.kind} workers; "
+                    f"{len(self._pending)} task(s) pending (first: index {first} on "
+                    f"{self._backend.describe(self._pending[first])}); {self._fn_name} may "
+                    "be hung or stuck on I/O; raise timeout_s= if it is just slow",
+                    index=first,
+                    worker=self._backend.describe(self._pending[first]),
+                )
+
+    def _unpack(self, index: int, wid: int, ok: bool, payload: Any) -> WorkerResult:
+        self._pending.pop(index, None)
+        if ok:
+            return WorkerResult(index, payload, wid)
+        failure: Failure = payload
+        who = self._backend.describe(wid)
+        what = "init_fn" if index < 0 else f"{self._fn_name} on item {index}"
+        err = WorkerError(
+            f"{self.name}: {what} raised {failure.type_name}: {failure.message} (in {who}); "
+            f"worker traceback:\n{failure.traceback_text}",
+            index=None if index < 0 else index,
+            worker=who,
+            traceback_text=failure.traceback_text,
+        )
+        raise err from failure.exc
+
+    def _death(self, exc: WorkerError) -> WorkerError:
+        wid = getattr(self._backend, "dead_wid", -1)
+        lost = sorted(i for i, w in self._pending.items() if w == wid)
+        return WorkerError(
+            f"{self.name}: {exc} (pending items: {lost or 'none'})",
+            index=lost[0] if lost else None,
+            worker=exc.worker,
+        )
+
+    def close(self, *, timeout_s: float = JOIN_TIMEOUT_S) -> None:
+        """Stop and join the workers (terminating processes that overrun); idempotent.
+
+        Args:
+            timeout_s: how long to wait for workers to finish their current task.
+        """
+        if self._state is State.CLOSED:
+            return
+        self._state = State.CLOSED
+        self._finalizer.detach()
+        self._backend.close(timeout_s)

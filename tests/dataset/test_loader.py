@@ -1,0 +1,205 @@
+"""edgeload.DataLoader side by side with torch.utils.data.DataLoader: same batches, same order.
+
+The datasets and helpers live in ``tests/_datasets.py``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from _datasets import (
+    AugDS,
+    DictDS,
+    MixedDS,
+    N,
+    RangeDS,
+    ShardedIterDS,
+    StrDS,
+    TupleDS,
+    VarDS,
+    assert_same_batches,
+    pair_collate,
+    run_both,
+    split_range,
+)
+from torch.utils.data import BatchSampler, Dataset, RandomSampler
+
+import edgeload
+from edgeload import DataLoader
+
+MODES = [
+    pytest.param({"num_workers": 0}, id="main"),
+    pytest.param({"num_workers": 2, "worker_kind": "thread"}, id="threads"),
+]
+
+CASES = [
+    pytest.param(DictDS, {"batch_size": 4, "shuffle": True, "seeded": True}, id="dict-shuffle"),
+    pytest.param(TupleDS, {"batch_size": 5, "drop_last": True}, id="tuple-drop-last"),
+    pytest.param(TupleDS, {"batch_size": 4, "shuffle": True}, id="global-rng-shuffle"),
+    pytest.param(StrDS, {"batch_size": 3}, id="strings"),
+    pytest.param(MixedDS, {"batch_size": 4}, id="mixed-kinds"),
+    pytest.param(VarDS, {"batch_size": 4, "collate_fn": pair_collate}, id="custom-collate"),
+    pytest.param(DictDS, {"batch_size": None}, id="no-batching"),
+    pytest.param(TupleDS, {"batch_size": 1, "shuffle": True, "seeded": True}, id="batch-1"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("make_ds", "kw"), CASES)
+def test_same_batches_as_torch(make_ds, kw, mode):
+    ours, theirs = run_both(make_ds, mode, epochs=2, **kw)
+    assert_same_batches(ours, theirs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_sampler_gives_torch_batches(mode):
+    def make_sampler():
+        gen = torch.Generator().manual_seed(3)
+        return BatchSampler(RandomSampler(range(N), generator=gen), 6, drop_last=False)
+
+    ours = list(DataLoader(DictDS(), batch_sampler=make_sampler(), **mode))
+    theirs = list(torch.utils.data.DataLoader(DictDS(), batch_sampler=make_sampler()))
+    assert_same_batches(ours, theirs)
+    fixed = [[0, 5], [3], [22, 1, 2]]
+    assert_same_batches(
+        list(DataLoader(TupleDS(), batch_sampler=fixed, **mode)),
+        list(torch.utils.data.DataLoader(TupleDS(), batch_sampler=fixed)),
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_sharded_iterable_dataset_matches_torch_workers(mode, batch_size):
+    # torch's reference runs 2 forked worker processes: sharding through
+    # torch.utils.data.get_worker_info() must give the same batches in thread workers.
+    torch_kw = {"num_workers": 2, "multiprocessing_context": "fork"}
+    if mode["num_workers"] == 0:
+        torch_kw = {}
+    ours, theirs = run_both(ShardedIterDS, mode, torch_kw, batch_size=batch_size)
+    assert_same_batches(ours, theirs)
+
+
+@pytest.mark.parametrize("mode", [MODES[1], pytest.param(None, id="processes")])
+def test_worker_init_fn_configuring_its_dataset_copy_matches_torch(mode):
+    fork = {"num_workers": 2, "multiprocessing_context": "fork"}
+    ours_kw = {**fork, "worker_kind": "process"} if mode is None else mode
+    kw = {"batch_size": 2, "worker_init_fn": split_range}
+    ours, theirs = run_both(lambda: RangeDS(3, 14), ours_kw, fork, **kw)
+    assert_same_batches(ours, theirs)
+
+
+def test_process_workers_match_torch_processes_with_random_augmentation():
+    # Same worker seeds and the same batch-to-worker assignment as torch: random
+    # augmentations drawn from the global generators come out identical.
+    kw = {"num_workers": 2, "multiprocessing_context": "fork"}
+    ours, theirs = run_both(
+        AugDS, {**kw, "worker_kind": "process"}, kw, batch_size=4, shuffle=True, seeded=True
+    )
+    assert_same_batches(ours, theirs)
+    # Thread workers draw the same numbers from their own generators.
+    threads, _ = run_both(
+        AugDS,
+        {"num_workers": 2, "worker_kind": "thread"},
+        kw,
+        batch_size=4,
+        shuffle=True,
+        seeded=True,
+    )
+    assert_same_batches(threads, theirs)
+
+
+def test_thread_workers_do_not_touch_global_random_state():
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    with DataLoader(AugDS(), batch_size=4, num_workers=2, worker_kind="thread") as loader:
+        list(loader)
+    # The loader drew its base seed and shuffle seed from torch's RNG as torch does;
+    # python's and numpy's global generators were left alone.
+    assert random.random() == expected[0]
+    assert np.random.rand() == expected[1]
+
+
+def test_len_matches_torch():
+    for kw in ({"batch_size": 4}, {"batch_size": 4, "drop_last": True}, {"batch_size": None}):
+        assert len(DataLoader(DictDS(), **kw)) == len(torch.utils.data.DataLoader(DictDS(), **kw))
+        assert len(DataLoader(ShardedIterDS(), **kw)) == len(
+            torch.utils.data.DataLoader(ShardedIterDS(), **kw)
+        )
+
+
+class ImageDS(Dataset):
+    """Fixed-size uint8 images whose pixels all equal the index (mod 256), and a label."""
+
+    def __init__(self, n=200):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return np.full((3, 8, 8), i % 256, np.uint8), i
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_fixed_size_batches_use_few_reused_slots_and_kept_batches_stay_intact(kind):
+    ctx = "fork" if kind == "process" else None
+    with DataLoader(
+        ImageDS(), batch_size=4, num_workers=2, worker_kind=kind, multiprocessing_context=ctx
+    ) as loader:
+        kept = []
+        seen = []
+        for k, (images, labels) in enumerate(loader):
+            assert images.dtype == torch.uint8 and images.shape[1:] == (3, 8, 8)
+            assert labels.dtype == torch.int64
+            # Every pixel of a sample equals its label: nothing was overwritten.
+            assert torch.equal(images[:, 0, 0, 0], (labels % 256).to(torch.uint8))
+            seen.extend(labels.tolist())
+            if k % 10 == 0:
+                kept.append((images, labels))
+        assert sorted(seen) == list(range(200))
+        for images, labels in kept:
+            assert torch.equal(images.flatten(1).max(1).values, (labels % 256).to(torch.uint8))
+        stats = loader.stats()
+        assert stats["slot_bytes"] >= 4 * 3 * 8 * 8
+        assert stats["slots"] <= 12 < len(loader)
+
+
+def test_a_start_method_means_process_workers_and_auto_means_the_plan():
+    with DataLoader(DictDS(), batch_size=8, num_workers=1, multiprocessing_context="fork") as ld:
+        assert sum(len(b["y"]) for b in ld) == N
+        assert ld.stats()["worker_kind"] == "process"
+    with DataLoader(DictDS(), batch_size=8) as ld:
+        list(ld)
+        plan = edgeload.plan_for(batch=8)
+        assert ld.stats()["num_workers"] == plan.num_workers
+        assert ld.stats()["worker_kind"] == plan.worker_kind
+
+
+def test_prefetch_bytes_bounds_the_slots_and_batches_in_flight():
+    batch_bytes = 4 * 3 * 8 * 8 + 64 + 4 * 8  # images, alignment, labels
+    loader = DataLoader(
+        ImageDS(60), batch_size=4, num_workers=2, worker_kind="thread", prefetch_bytes=batch_bytes
+    )
+    with loader:
+        labels = [int(v) for _, lab in loader for v in lab]
+        assert labels == list(range(60))
+        assert loader.stats()["slots"] == 2
+
+
+def test_stats_say_which_memory_the_slots_use_and_why():
+    data = [np.full((4, 4), i, np.uint8) for i in range(8)]
+    with DataLoader(data, batch_size=4, num_workers=1, worker_kind="thread") as loader:
+        assert len(list(loader)) == 2
+        stats = loader.stats()
+    if not torch.cuda.is_available():
+        assert stats["memory_mode"] == "host"
+        assert "no CUDA GPU" in stats["memory_mode_reason"]
+    assert stats["memory_mode_reason"]

@@ -1,0 +1,361 @@
+"""WorkerPool with real threads and processes: results, failures, death, hangs, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edgeload.errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
+from edgeload.pipeline.slots import SlotPool, attach
+from edgeload.pipeline.workers import WorkerPool, choose_start_method, current_worker
+
+KINDS = ["thread", "process"]
+
+
+def square(x: int) -> tuple[int, int, str]:
+    info = current_worker()
+    assert info is not None
+    return x * x, info.id, info.kind
+
+
+def fail_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError(f"bad item {x}")
+    return x
+
+
+class Unpicklable(Exception):
+    def __init__(self) -> None:
+        super().__init__("cannot travel")
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable(x: int) -> int:
+    raise Unpicklable()
+
+
+def sleep_for(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def thread_env(_: object) -> str:
+    return os.environ.get("OMP_NUM_THREADS", "")
+
+
+def fill_slot(ref) -> int:
+    attach(ref)[...] = ref.slot_index + 100
+    return ref.slot_index
+
+
+def bad_init(info) -> None:
+    raise RuntimeError(f"cannot open shard {info.id}")
+
+
+def keep_state(info) -> None:
+    info.state["offset"] = 1000 * (info.id + 1)
+
+
+def use_state(x: int) -> int:
+    info = current_worker()
+    assert info is not None
+    return info.state["offset"] + x
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_results_come_back_tagged_with_their_index(kind):
+    with WorkerPool(square, kind=kind, num_workers=2, name="sq") as pool:
+        indices = [pool.submit(i) for i in range(8)]
+        results = [pool.get(timeout_s=10) for _ in indices]
+        assert pool.pending == 0
+    by_index = {r.index: r for r in results}
+    assert sorted(by_index) == indices
+    assert all(by_index[i].value[0] == i * i for i in indices)
+    assert {r.worker for r in results} == {0, 1}  # round-robin
+    assert all(r.value[1] == r.worker and r.value[2] == kind for r in results)
+    assert (pool.start_method is None) == (kind == "thread")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_init_fn_state_and_explicit_worker(kind):
+    with WorkerPool(use_state, kind=kind, num_workers=2, init_fn=keep_state) as pool:
+        pool.submit(5, worker=1)
+        result = pool.get(timeout_s=10)
+    assert (result.worker, result.value) == (1, 2005)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_worker_exception_reaches_the_consumer_with_cause_traceback_and_index(kind):
+    with WorkerPool(fail_on_three, kind=kind, num_workers=2) as pool:
+        for i in range(5):
+            pool.submit(i)
+        values, error = [], None
+        for _ in range(5):
+            try:
+                values.append(pool.get(timeout_s=10).value)
+            except WorkerError as exc:
+                error = exc
+    assert sorted(values) == [0, 1, 2, 4]  # nothing else swallowed
+    assert error is not None and error.index == 3
+    assert isinstance(error.__cause__, ValueError) and str(error.__cause__) == "bad item 3"
+    assert "fail_on_three" in (error.traceback_text or "")
+    assert "raise ValueError" in (error.traceback_text or "")
+    assert "fail_on_three on item 3 raised ValueError: bad item 3" in str(error)
+
+
+def test_an_unpicklable_exception_still_arrives_as_text():
+    with WorkerPool(raise_unpicklable, kind="process") as pool:
+        pool.submit(0)
+        with pytest.raises(WorkerError, match="Unpicklable: cannot travel") as info:
+            pool.get(timeout_s=10)
+    assert info.value.__cause__ is None
+    assert "raise Unpicklable()" in (info.value.traceback_text or "")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_init_fn_failure_is_reported(kind):
+    with WorkerPool(square, kind=kind, init_fn=bad_init, timeout_s=10) as pool:
+        pool.submit(1)
+        with pytest.raises(WorkerError, match="init_fn raised RuntimeError: cannot open shard 0"):
+            pool.get()
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=r"ended|exited") as info:  # not a hang
+            pool.submit(2)
+            pool.get()
+        assert time.monotonic() - t0 < 3.0
+        assert info.value.index == 0  # never run: lost with the worker
+
+
+def test_sigkill_of_a_worker_process_is_reported_with_pid_and_signal_at_once():
+    with WorkerPool(sleep_for, kind="process", num_workers=2, timeout_s=5) as pool:
+        pool.submit(0.0, worker=1)
+        pool.get()  # worker 1 is up
+        victim = pool.pids[1]
+        index = pool.submit(30.0, worker=1)
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=rf"pid {victim}\) was killed by SIGKILL") as info:
+            pool.get()
+        assert time.monotonic() - t0 < 2.0
+        assert info.value.index == index and info.value.worker == f"pid {victim}"
+        with pytest.raises(WorkerError, match="SIGKILL"):  # the pool stays broken
+            pool.submit(1.0, worker=0)
+
+
+def test_a_killed_worker_leaves_no_shared_memory_once_the_pool_closes():
+    prefix = f"edgeload-{os.getpid()}-"
+    slots = SlotPool((4096,), np.uint8, count=2, shared=True)
+    with WorkerPool(fill_slot, kind="process") as pool:
+        pool.submit(slots.acquire(timeout_s=1).ref)
+        pool.get(timeout_s=10)  # the worker has the segment mapped
+        os.kill(pool.pids[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="SIGKILL"):  # from submit or get: a race
+            pool.submit(slots.acquire(timeout_s=1).ref)
+            pool.get(timeout_s=5)
+    slots.close()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hung_worker_makes_get_time_out_with_a_clear_message(kind):
+    release = threading.Event()
+    fn = release.wait if kind == "thread" else sleep_for
+    with WorkerPool(fn, kind=kind, timeout_s=0.3, name="stuck") as pool:
+        pool.submit(10.0)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerTimeout, match=r"stuck: no result within 0.3 s .*may be hung"):
+            pool.get()
+        assert 0.25 <= time.monotonic() - t0 < 2.0
+        release.set()
+        pool.close(timeout_s=0.2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_with_work_pending_is_prompt_and_final(kind):
+    pool = WorkerPool(sleep_for, kind=kind, num_workers=2)
+    for _ in range(8):
+        pool.submit(0.3)
+    pool.get(timeout_s=5)
+    t0 = time.monotonic()
+    pool.close(timeout_s=5.0)
+    # Workers finish the task in hand (<= 0.3 s) and drop the 3 queued behind it.
+    assert time.monotonic() - t0 < 0.8
+    pool.close()  # idempotent
+    with pytest.raises(ClosedError, match="workers: submit"):
+        pool.submit(1)
+    with pytest.raises(ClosedError, match="workers: get"):
+        pool.get()
+
+
+def test_process_workers_write_shared_slots_in_place():
+    with (
+        SlotPool((64, 64), np.int32, count=4, shared=True) as slots,
+        WorkerPool(fill_slot, kind="process", num_workers=2) as pool,
+    ):
+        acquired = {}
+        for _ in range(4):
+            slot = slots.acquire(timeout_s=1)
+            acquired[pool.submit(slot.ref)] = slot
+        views = []
+        for _ in range(4):
+            result = pool.get(timeout_s=10)
+            views.append(slots.lease(acquired[result.index]))
+            assert int(views[-1].min()) == int(views[-1].max()) == result.value + 100
+        assert len({int(v[0, 0]) for v in views}) == 4
+
+
+def test_process_workers_cap_library_threads():
+    with WorkerPool(thread_env, kind="process", threads_per_worker=2) as pool:
+        pool.submit(None)
+        assert pool.get(timeout_s=10).value == "2"
+
+
+def test_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="kind must be 'thread' or 'process', got 'fiber'"):
+        WorkerPool(square, kind="fiber")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
+        WorkerPool(square, num_workers=0)
+    with pytest.raises(ValueError, match=r"picklable fn.*kind='thread'"):
+        WorkerPool(lambda x: x, kind="process")
+    with pytest.raises(ValueError, match="start_method must be one of"):
+        choose_start_method("teleport")
+    assert choose_start_method() in ("fork", "forkserver", "spawn")
+    with WorkerPool(square) as pool, pytest.raises(EdgeloadError, match="no task pending"):
+        pool.get()
+
+
+_CTRL_C_SCRIPT = """
+import sys, threading, time
+import numpy as np
+from edgeload.pipeline.slots import SlotPool, attach
+from edgeload.pipeline.prefetch import Prefetcher
+from edgeload.pipeline.workers import WorkerPool
+
+def fill(ref):
+    attach(ref)[...] = 1
+    time.sleep(0.01)
+    return ref.slot_index
+
+if __name__ == "__main__":
+    slots = SlotPool((256, 256), np.uint8, count=6, shared=True)
+    pool = WorkerPool(fill, kind="process", num_workers=2, name="ctrlc")
+    queue = Prefetcher(max_items=2)
+    threads = WorkerPool(time.sleep, kind="thread", num_workers=1, name="side")
+    threads.submit(0.05)
+    print(" ".join(str(p) for p in pool.pids), flush=True)
+    held = {}
+    CLOSE
+    while True:
+        while len(held) < 4:
+            slot = slots.acquire(timeout_s=5)
+            held[pool.submit(slot.ref)] = slot
+        result = pool.get(timeout_s=5)
+        queue.put(slots.lease(held.pop(result.index)), timeout_s=5)
+        batch = queue.get(timeout_s=5)
+        if EXIT_NOW:
+            sys.exit(0)
+"""
+
+
+def _run_script(tmp_path, *, close: str = "pass", exit_now: str = "False") -> subprocess.Popen:
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(_CTRL_C_SCRIPT).replace("CLOSE", close).replace("EXIT_NOW", exit_now)
+    )
+    return subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def test_ctrl_c_during_iteration_exits_fast_and_cleanly(tmp_path):
+    proc = _run_script(tmp_path)
+    assert proc.stdout is not None
+    worker_pids = [int(p) for p in proc.stdout.readline().split()]
+    time.sleep(0.3)  # well into the loop
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, stderr = proc.communicate(timeout=10)
+    assert time.monotonic() - t0 < 2.0
+    assert "KeyboardInterrupt" in stderr
+    assert stderr.count("Traceback") == 1  # the main thread's, nothing from background threads
+    assert "Exception in thread" not in stderr and "Process " not in stderr
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"edgeload-{proc.pid}-")]
+    deadline = time.monotonic() + 2
+    while not _gone(worker_pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(worker_pids)
+
+
+def test_interpreter_exit_without_close_cleans_up(tmp_path):
+    proc = _run_script(tmp_path, exit_now="True")
+    assert proc.stdout is not None
+    worker_pids = [int(p) for p in proc.stdout.readline().split()]
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert stderr == ""
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"edgeload-{proc.pid}-")]
+    assert _gone(worker_pids)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unclosed_pool_is_shut_down_by_garbage_collection(kind):
+    pool = WorkerPool(square, kind=kind, num_workers=2)
+    pool.submit(2)
+    assert pool.get(timeout_s=10).value[0] == 4
+    del pool  # the leak check after this test fails if threads or processes survive
+
+
+# Python 3.12+ warns when forking with threads alive (here: BLAS); asked for explicitly.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_explicit_start_methods_work(start_method):
+    with WorkerPool(square, kind="process", start_method=start_method) as pool:
+        assert pool.start_method == start_method
+        pool.submit(3)
+        assert pool.get(timeout_s=20).value == (9, 0, "process")
+    assert current_worker() is None
+
+
+def os_threads(_: object) -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_blas_pools_are_capped_before_numpy_loads_in_the_worker(start_method):
+    # numpy (imported with edgeload, before fn) sizes its OpenBLAS pool from the
+    # environment at start-up: with the cap there, the worker has no extra threads.
+    with WorkerPool(os_threads, kind="process", start_method=start_method) as pool:
+        pool.submit(None)
+        assert pool.get(timeout_s=20).value == 1
+
+
+def return_lock(_: object) -> object:
+    return threading.Lock()
+
+
+def test_an_unpicklable_result_becomes_a_worker_error():
+    with WorkerPool(return_lock, kind="process") as pool:
+        pool.submit(None)
+        with pytest.raises(WorkerError, match=r"item 0 raised .*lock"):
+            pool.get(timeout_s=10)
+        pool.submit(None)  # the worker survives it
+        with pytest.raises(WorkerError, match="lock"):
+            pool.get(timeout_s=10)

@@ -1,0 +1,153 @@
+"""The plan: numbers and reasons per board, fallbacks, and overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeload.errors import PlatformError, ProfileError
+from edgeload.platform.plan import plan_for
+from edgeload.platform.probe import probe
+from edgeload.platform.profile import PROFILE_ENV
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
+
+
+@pytest.fixture(autouse=True)
+def _no_tuned_profile(monkeypatch, tmp_path):
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+@pytest.mark.parametrize(
+    ("board", "mode"),
+    [
+        ("jetson-agx-orin", "mapped"),
+        ("jetson-orin-nano", "mapped"),
+        ("jetson-xavier-nx", "mapped"),
+        ("jetson-nano", "managed"),
+        ("jetson-tx2", "managed"),
+        ("rpi4", "host"),
+        ("rpi-zero-2w", "host"),
+        ("x86-desktop", "host"),
+    ],
+)
+def test_memory_mode_per_board(board, mode):
+    plan = plan_for(streams=4, frame=(640, 640), platform=probe(FIXTURES / board))
+    assert plan.memory_mode == mode
+    assert plan.reasons["memory_mode"]
+
+
+@pytest.mark.parametrize(
+    "board", ["jetson-agx-orin", "jetson-nano", "rpi4", "rpi-zero-2w", "x86-desktop"]
+)
+@pytest.mark.parametrize("streams", [1, 2, 4, 16])
+def test_video_threads_fit_the_usable_cores(board, streams):
+    platform = probe(FIXTURES / board)
+    plan = plan_for(streams=streams, frame=(640, 640), platform=platform)
+    usable = platform.cpu.usable_count
+    assert plan.usable_cores == usable
+    assert plan.worker_kind == "thread"
+    assert plan.num_workers == streams
+    assert plan.threads.ffmpeg >= 1
+    if streams < usable:
+        assert streams * plan.threads.ffmpeg + plan.threads.torch <= usable
+    else:  # more streams than cores: one FFmpeg thread each, never more
+        assert plan.threads.ffmpeg == 1
+
+
+def test_prefetch_budget_and_slots_follow_the_profile():
+    platform = probe(FIXTURES / "jetson-orin-nano")
+    plan = plan_for(streams=4, frame=(640, 640), platform=platform)
+    # 6% of 6245596 kB available, inside [16 MiB, 1 GiB]
+    assert plan.prefetch_bytes == int(6245596 * 1024 * 0.06)
+    assert plan.slot_bytes == 4 * 640 * 640 * 3
+    assert 2 <= plan.slot_count <= 2 * 4 + 2
+    assert plan.slot_count * plan.slot_bytes <= plan.prefetch_bytes
+    small = plan_for(streams=4, frame=(640, 640), platform=platform, prefetch_bytes=1 << 20)
+    assert small.prefetch_bytes == 1 << 20
+    assert small.slot_count == 2
+    assert "minimum" in small.reasons["prefetch"]
+
+
+def test_nano_profile_caps_the_budget_and_leaves_a_core():
+    platform = probe(FIXTURES / "jetson-nano")
+    plan = plan_for(item_bytes=224 * 224 * 3, batch=32, platform=platform)
+    assert plan.num_workers == platform.cpu.usable_count - 1
+    assert plan.prefetch_bytes <= 128 << 20
+    assert plan.profile_source.endswith("platforms/jetson-t210.toml")
+
+
+def test_dataset_prefers_threads_unless_gil_bound():
+    platform = probe(FIXTURES / "jetson-agx-orin")
+    assert plan_for(item_bytes=1000, batch=8, platform=platform).worker_kind == "thread"
+    x86 = probe(FIXTURES / "x86-desktop")
+    gil = plan_for(item_bytes=1000, batch=8, platform=x86, gil_bound=True)
+    assert gil.worker_kind == "process"
+    assert "GIL-bound" in gil.reasons["workers"]
+
+
+def test_small_dev_shm_means_threads_with_the_reason():
+    x86 = probe(FIXTURES / "x86-desktop")
+    tiny = dataclasses.replace(x86, memory=dataclasses.replace(x86.memory, shm_bytes=1 << 20))
+    plan = plan_for(item_bytes=1 << 20, batch=8, platform=tiny, gil_bound=True)
+    assert plan.worker_kind == "thread"
+    assert "--shm-size" in plan.reasons["workers"]
+
+
+def test_jetson_without_usable_cuda_falls_back_to_host_with_reason():
+    orin = probe(FIXTURES / "jetson-agx-orin")
+    broken = dataclasses.replace(orin, gpu=dataclasses.replace(orin.gpu, cuda_usable=False))
+    plan = plan_for(streams=2, platform=broken)
+    assert plan.memory_mode == "host"
+    assert "falling back to host" in plan.reasons["memory_mode"]
+    with pytest.raises(
+        PlatformError, match=r"memory_mode='mapped' needs a usable CUDA device.*'host'"
+    ):
+        plan_for(streams=2, platform=broken, memory_mode="mapped")
+
+
+def test_this_machine_without_cuda():
+    live = probe()
+    if live.gpu.cuda_usable:
+        pytest.skip("this machine has CUDA")
+    assert plan_for(streams=2).memory_mode == "host"
+    with pytest.raises(PlatformError, match="memory_mode='pinned' needs a usable CUDA device"):
+        plan_for(streams=2, memory_mode="pinned")
+
+
+def test_overrides_win_and_bad_ones_are_named():
+    platform = probe(FIXTURES / "rpi4")
+    plan = plan_for(item_bytes=100, platform=platform, worker_kind="process", num_workers=3)
+    assert (plan.worker_kind, plan.num_workers) == ("process", 3)
+    assert plan.reasons["workers"] == "set by arguments"
+    assert plan.profile_source.endswith("< arguments")
+    with pytest.raises(ProfileError, match="num_workers must be"):
+        plan_for(item_bytes=100, platform=platform, num_workers=-1)
+    with pytest.raises(PlatformError, match="prefetch_bytes must be >= 0"):
+        plan_for(item_bytes=100, platform=platform, prefetch_bytes=-5)
+
+
+def test_plan_is_printable_and_serialisable():
+    plan = plan_for(streams=4, frame=(1280, 720), platform=probe(FIXTURES / "jetson-agx-orin"))
+    text = plan.describe()
+    for word in ("workers", "memory mode", "prefetch", "threads", "decode", "profile"):
+        assert word in text
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["memory_mode"] == "mapped"
+    assert set(data["reasons"]) >= {"workers", "memory_mode", "prefetch", "threads", "decode"}
+
+
+def test_files_get_two_ffmpeg_frame_threads_live_streams_one():
+    platform = probe(FIXTURES / "rpi4")  # 4 cores, 4 streams: one thread each when live
+    live = plan_for(streams=4, platform=platform, live=True)
+    files = plan_for(streams=4, platform=platform, live=False)
+    assert live.threads.ffmpeg == 1
+    assert "delays a live stream" in live.reasons["threads"]
+    assert files.threads.ffmpeg == 2
+    assert "raised to 2 for files" in files.reasons["threads"]
+    one = plan_for(streams=1, platform=platform, live=False)  # 3 spare cores: the rule's 3
+    assert one.threads.ffmpeg == 3

@@ -1,0 +1,85 @@
+"""The GStreamer path, with an OpenCV that has GStreamer (Debian's python3-opencv).
+
+``scripts/test.sh`` runs this file in ``.venv-gst`` (the system Python, so its cv2 4.6
+with GStreamer) using the software decoder ``avdec_h264`` where a Jetson would use
+``nvv4l2decoder``.  In a venv whose OpenCV lacks GStreamer it skips, unless
+``EDGELOAD_REQUIRE_GSTREAMER=1`` says it must run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+from _media import clip, media_dir
+
+from edgeload.video import StreamLoader, VideoSource
+from edgeload.video.capture import opencv_has
+
+pytestmark = pytest.mark.gstreamer
+
+
+@pytest.fixture(autouse=True)
+def _needs_gstreamer():
+    if not opencv_has("gstreamer"):
+        if os.environ.get("EDGELOAD_REQUIRE_GSTREAMER") == "1":
+            pytest.fail("EDGELOAD_REQUIRE_GSTREAMER=1 but this OpenCV has no GStreamer")
+        pytest.skip("this OpenCV has no GStreamer (scripts/test.sh runs it in .venv-gst)")
+
+
+def test_file_decodes_through_a_gstreamer_pipeline(tmp_path_factory):
+    import cv2
+
+    path = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0)
+    with StreamLoader([VideoSource(path, backend="gstreamer")], size=(160, 120)) as loader:
+        frames = [b.frames[0].numpy().copy() for b in loader]
+        stats = loader.stats()["streams"][0]
+    assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
+    assert stats["pipeline"].startswith(f'filesrc location="{path}" ! qtdemux ! h264parse')
+    assert "avdec_h264" in stats["pipeline"]
+    assert len(frames) == 30
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    ok, reference = cap.read()
+    cap.release()
+    assert ok
+    # Two decoders and colour converters: equal up to rounding.
+    assert np.abs(frames[0].astype(int) - reference.astype(int)).mean() < 3
+
+
+def test_raw_pipeline_is_a_live_source():
+    pipeline = (
+        "videotestsrc is-live=true pattern=ball ! video/x-raw,width=320,height=240,"
+        "framerate=30/1 ! videoconvert ! video/x-raw,format=BGR ! "
+        "appsink drop=true max-buffers=1 sync=false"
+    )
+    source = VideoSource(pipeline)
+    assert source.live and source.policy == "latest"
+    with StreamLoader([source], size=(64, 64), layout="NCHW", color="rgb") as loader:
+        batches = list(itertools.islice(loader, 10))
+        stats = loader.stats()["streams"][0]
+    assert stats["pipeline"] == pipeline and stats["state"] == "streaming"
+    assert all(tuple(b.frames.shape) == (1, 3, 64, 64) for b in batches)
+    seqs = [b.meta[0].seq for b in batches]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 10
+
+
+@pytest.mark.rtsp
+def test_rtsp_through_rtspsrc_and_the_decoder_chain(tmp_path_factory):
+    from test_video_rtsp import RtspServer, free_port, server_available
+
+    if not server_available():
+        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3")
+    server = RtspServer(free_port())
+    try:
+        url = server.start(clip(media_dir(tmp_path_factory), size=(160, 120), seconds=2.0))
+        source = VideoSource(url, backend="gstreamer")
+        with StreamLoader([source], size=(80, 60)) as loader:
+            batches = list(itertools.islice(loader, 10))
+            stats = loader.stats()["streams"][0]
+    finally:
+        server.stop()
+    assert stats["pipeline"].startswith(f'rtspsrc location="{url}" latency=0 ! rtph264depay')
+    assert "avdec_h264" in stats["pipeline"] and stats["pipeline"].endswith("sync=false")
+    assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)

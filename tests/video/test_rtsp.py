@@ -1,0 +1,122 @@
+"""A real RTSP server on loopback: a stream that drops and comes back reconnects alone."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _media import clip, media_dir
+
+from edgeload.video import StreamLoader, VideoSource
+
+SERVER = Path(__file__).resolve().parents[1] / "rtsp_server.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+pytestmark = pytest.mark.rtsp
+
+
+def server_available() -> bool:
+    probe = "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"
+    try:
+        return subprocess.run([SYSTEM_PYTHON, "-c", probe], capture_output=True,
+                              timeout=30).returncode == 0  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class RtspServer:
+    """``tests/rtsp_server.py`` in a subprocess, started and stopped by the test."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, media: Path) -> str:
+        self.proc = subprocess.Popen(
+            [SYSTEM_PYTHON, str(SERVER), "--port", str(self.port), "--file", str(media)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        line = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not line.startswith("READY"):
+            line = self.proc.stdout.readline() if self.proc.stdout else ""
+            if not line and self.proc.poll() is not None:
+                break
+        if not line.startswith("READY"):
+            self.stop()
+            pytest.fail(f"RTSP server did not start: {line!r}")
+        return line.split()[1]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
+        self.proc = None
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server():
+    if not server_available():
+        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)")
+    srv = RtspServer(free_port())
+    yield srv
+    srv.stop()
+
+
+def test_stream_reconnects_after_server_restart_and_others_never_stop(server, tmp_path_factory):
+    root = media_dir(tmp_path_factory)
+    before = clip(root, size=(160, 120), fps=30, seconds=2.0)
+    after = clip(root, size=(320, 240), fps=30, seconds=2.0)  # the camera comes back bigger
+    url = server.start(before)
+    cam = VideoSource(url, open_timeout_s=3, read_timeout_s=1, backoff_s=(0.2, 0.5))
+    replay = VideoSource(before, realtime=True, loop=True)
+    file_times: list[float] = []
+    cam_before = cam_after = 0
+    with StreamLoader([cam, replay], size=(64, 48), deadline_ms=100) as loader:
+        start = time.monotonic()
+        phase = "before"
+        for batch in loader:
+            now = time.monotonic()
+            assert tuple(batch.frames.shape) == (2, 48, 64, 3)
+            if batch.valid[1]:
+                file_times.append(now)
+            if batch.valid[0]:
+                if phase == "before":
+                    cam_before += 1
+                elif phase == "restarted":
+                    cam_after += 1
+            if phase == "before" and cam_before >= 15:
+                server.stop()
+                phase, stopped_at = "down", now
+            elif phase == "down" and now - stopped_at > 1.5:
+                stats_down = loader.stats()["streams"][0]
+                threading.Thread(target=server.start, args=(after,), daemon=True).start()
+                phase = "restarted"
+            elif phase == "restarted" and cam_after >= 15:
+                break
+            assert now - start < 40, f"stuck in phase {phase}: {loader.stats()['streams'][0]}"
+        stats = loader.stats()
+    assert stats_down["state"] == "reconnecting"
+    assert stats_down["last_error"]
+    cam_stats, file_stats = stats["streams"]
+    assert cam_stats["reconnects"] == 1 and cam_stats["state"] == "streaming"
+    assert file_stats["reconnects"] == 0
+    assert max(np.diff(file_times)) < 0.5  # never stalled

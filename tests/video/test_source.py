@@ -1,0 +1,243 @@
+"""Video sources: input checks at construction, backend and pipeline choice, the reader."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from _media import clip, media_dir
+
+from edgeload.errors import SourceError
+from edgeload.video import SourceState, VideoSource
+from edgeload.video.capture import build_target, classify, hardware_decoder
+from edgeload.video.reader import StreamReader
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0)
+
+
+@pytest.mark.parametrize(
+    ("uri", "match"),
+    [
+        ("/no/such/video.mp4", r"'/no/such/video.mp4' does not exist.*check the path"),
+        ("ftp://cam.local/live", r"unknown scheme 'ftp'.*rtsp://"),
+        ("videotestsrc ! ! appsink", r"malformed.*gst-launch-1.0"),
+        ("videotestsrc ! videoconvert", r"must start with a source element and end in an appsink"),
+        ('filesrc location="x ! appsink', r"malformed"),
+        ("csi://left", r"csi:// takes a sensor number"),
+        (-1, r"camera index -1 is negative"),
+        (3.5, r"expected a path, URL, camera index"),
+    ],
+)
+def test_bad_sources_are_refused_at_construction(uri, match):
+    with pytest.raises(SourceError, match=match) as info:
+        VideoSource(uri)
+    assert info.value.source == uri
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind"),
+    [
+        ("rtsp://10.0.0.2:554/main", "rtsp"),
+        ("https://example.com/live.m3u8", "http"),
+        ("/dev/video2", "device"),
+        (0, "device"),
+        ("1", "device"),
+        ("csi://0", "csi"),
+        ("videotestsrc ! videoconvert ! appsink", "pipeline"),
+    ],
+)
+def test_source_kinds(uri, kind):
+    assert classify(uri)[0] == kind
+    assert VideoSource(uri).live  # every kind but a plain file is a live input
+
+
+def test_file_defaults_and_options(small):
+    assert VideoSource(small).policy == "every"
+    assert not VideoSource(small).live
+    replay = VideoSource(small, realtime=True, loop=True, fps=10)
+    assert replay.live and replay.policy == "latest"
+    with pytest.raises(ValueError, match="loop= and realtime= apply to files only"):
+        VideoSource("rtsp://cam/x", loop=True)
+    with pytest.raises(ValueError, match="fps must be > 0"):
+        VideoSource(small, fps=0)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        VideoSource(small, policy="fifo")
+
+
+def test_backoff_is_jittered_exponential_and_capped():
+    src = VideoSource("rtsp://cam/x", backoff_s=(0.5, 4.0))
+    for attempt, ceiling in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (10, 4.0)]:
+        delays = [src.backoff_delay(attempt) for _ in range(200)]
+        assert ceiling / 2 <= min(delays) and max(delays) <= ceiling
+        assert len(set(delays)) > 100  # jittered, so cameras do not retry in lockstep
+
+
+@pytest.mark.parametrize(
+    ("family", "soc", "decoder", "element"),
+    [
+        ("jetson", "tegra234", "jetson", "nvv4l2decoder ! nvvidconv"),
+        ("raspberry_pi", "bcm2711", "rpi4", "v4l2h264dec"),
+        ("raspberry_pi", "bcm2712", "software", "avdec_h264"),  # a Pi 5 has no H.264 block
+        ("x86", None, "software", "avdec_h264"),
+    ],
+)
+def test_gstreamer_pipelines_per_board(family, soc, decoder, element):
+    board = SimpleNamespace(family=family, soc=soc)
+    assert hardware_decoder(board) == decoder
+    rtsp = build_target(
+        "rtsp", "rtsp://cam/x", backend="auto", preferred="gstreamer", decoder=decoder,
+        gstreamer=True,
+    )  # fmt: skip
+    assert rtsp.backend == "gstreamer"
+    assert rtsp.open_string.startswith('rtspsrc location="rtsp://cam/x" latency=0')
+    assert element in rtsp.open_string
+    assert rtsp.open_string.endswith("appsink drop=true max-buffers=1 sync=false")
+    csi = build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder=decoder,
+                       gstreamer=True)  # fmt: skip
+    assert "nvarguscamerasrc sensor-id=0" in csi.open_string
+
+
+def test_ffmpeg_chosen_without_gstreamer_and_explicit_gstreamer_refused():
+    target = build_target("rtsp", "rtsp://cam/x", backend="auto", preferred="gstreamer",
+                          decoder="jetson", gstreamer=False)  # fmt: skip
+    assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://cam/x")
+    with pytest.raises(SourceError, match=r"needs OpenCV with GStreamer.*JetPack"):
+        build_target("rtsp", "rtsp://cam/x", backend="gstreamer", preferred="ffmpeg",
+                     decoder="software", gstreamer=False)  # fmt: skip
+    with pytest.raises(SourceError, match="needs OpenCV with GStreamer"):
+        build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder="jetson",
+                     gstreamer=False)  # fmt: skip
+
+
+def _read_all(source, **kwargs):
+    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+    got = []
+
+    def sink(frame, info):
+        got.append((info.seq, frame.shape, frame.__array_interface__["data"][0]))
+        return True
+
+    reader = StreamReader(source, target, stream_id=0, sink=sink, **kwargs)
+    reader.start()
+    assert reader.join(20)
+    return reader, got
+
+
+def test_reader_decodes_every_frame_into_one_buffer(small):
+    reader, got = _read_all(VideoSource(small))
+    assert reader.state is SourceState.ENDED and reader.last_error is None
+    assert [seq for seq, _, _ in got] == list(range(30))
+    assert {shape for _, shape, _ in got} == {(120, 160, 3)}
+    assert len({addr for _, _, addr in got}) == 1  # cap.retrieve(image=buf) reuses it
+    assert reader.thread.name == "edgeload-video-0"
+
+
+def test_reader_fps_limit_skips_without_decoding(small):
+    reader, got = _read_all(VideoSource(small, fps=10))
+    assert [seq for seq, _, _ in got] == list(range(0, 30, 3))
+    assert reader.skipped == 20
+
+
+def test_reader_realtime_replay_is_paced_and_resumes_mid_file(small):
+    start = time.monotonic()
+    _, got = _read_all(VideoSource(small, realtime=True), start_frame=15)
+    took = time.monotonic() - start
+    assert [seq for seq, _, _ in got] == list(range(15, 30))
+    assert 0.4 < took < 3.0  # 15 frames at 30 fps: about half a second, not instant
+
+
+def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
+    # A port nobody listens on: each open fails at once, so the retries show the backoff.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    source = VideoSource(f"rtsp://127.0.0.1:{port}/x", backoff_s=(0.05, 0.2), open_timeout_s=1)
+    target = build_target("rtsp", source.value, backend="auto", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+    reader = StreamReader(source, target, stream_id=7, sink=lambda f, i: True)
+    reader.start()
+    time.sleep(1.0)
+    assert reader.state in (SourceState.RECONNECTING, SourceState.CONNECTING)
+    assert reader.attempts >= 3
+    assert "could not open" in (reader.last_error or "")
+    reader.stop()
+    assert reader.join(3)
+    assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
+
+
+def _stalling_http_server(payload: bytes, stop: threading.Event):
+    """HTTP on loopback: each GET sends half of ``payload``, then goes silent, open."""
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp2t")
+            self.end_headers()
+            self.wfile.write(payload[: len(payload) // 2])
+            self.wfile.flush()
+            stop.wait(20)  # a camera that froze without closing the connection
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
+    import subprocess
+
+    # 3 s, so the half that is sent outlasts FFmpeg's 1 s stream probe.
+    longer = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=3.0)
+    ts = tmp_path / "clip.ts"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(longer), "-c", "copy", "-f",
+                    "mpegts", str(ts)], check=True, timeout=30)  # fmt: skip
+    stop = threading.Event()
+    server, thread = _stalling_http_server(ts.read_bytes(), stop)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/cam"
+        source = VideoSource(url, read_timeout_s=1, open_timeout_s=3, backoff_s=(0.1, 0.2))
+        target = build_target("http", url, backend="ffmpeg", preferred="ffmpeg",
+                              decoder="software")  # fmt: skip
+        seqs = []
+        reader = StreamReader(source, target, stream_id=5,
+                              sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
+        reader.start()
+        deadline = time.monotonic() + 15
+        while reader.reconnects < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reader.stop()
+        assert reader.join(5)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert reader.reconnects >= 1, reader.last_error
+    assert "stopped delivering frames" in (reader.last_error or "")
+    assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect
+
+
+def test_target_for_shows_what_a_loader_would_open():
+    from edgeload.video import target_for
+    from edgeload.video.capture import opencv_has
+
+    target = target_for("rtsp://10.0.0.2/main")
+    if opencv_has("gstreamer"):
+        assert target.backend in ("gstreamer", "ffmpeg")
+    else:
+        assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://10.0.0.2/main")
+        with pytest.raises(SourceError, match="needs OpenCV with GStreamer"):
+            target_for(VideoSource("rtsp://10.0.0.2/main", backend="gstreamer"))
