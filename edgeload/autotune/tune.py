@@ -22,6 +22,7 @@ from ..errors import EdgeloadError, ProfileError
 from ..measure import tree_pss_bytes
 from ..platform.plan import PROCESS_WORKER_BYTES, Plan, format_mib, plan_for
 from ..platform.profile import load_profile
+from ..vocabulary import GPU_MEMORY_MODES
 from ._loaders import DatasetWorkload, VideoWorkload
 from ._result import Objective, Trial, TuneResult, choose_winner
 from ._search import Knob, Stop, coordinate_search, grid_size
@@ -39,7 +40,6 @@ __all__ = [
 
 _SLOT_LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 _WORKER_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-_CUDA_MODES = ("pinned", "mapped", "managed")
 
 
 def _knobs(
@@ -49,7 +49,7 @@ def _knobs(
     gpu = getattr(platform, "gpu", None)
     modes = ["host"]
     if getattr(gpu, "present", False) and getattr(gpu, "cuda_usable", None) is not False:
-        modes += list(_CUDA_MODES)
+        modes += list(GPU_MEMORY_MODES)
     opencv = getattr(platform, "opencv", None)
     backends = ["ffmpeg"] + (["gstreamer"] if getattr(opencv, "gstreamer", False) else [])
     batch = workload.batch

@@ -26,9 +26,10 @@ import numpy as np
 
 from .._deps import require_torch
 from ..errors import PlatformError, ProfileError
+from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from . import _runtime as _cuda
 from ._fences import POLL_S, Fences, hold_until_done
-from .status import GPU_MEMORY_MODES, MemoryMode, check_memory_mode, cuda_device
+from .status import check_memory_mode, cuda_device
 
 __all__ = [
     "CudaBacking",

@@ -15,10 +15,11 @@ The modes of the slot pool (``edgeload.pipeline.slots``):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from .._deps import require_torch
 from ..errors import MissingDependency, PlatformError, ProfileError
+from ..vocabulary import GPU_MEMORY_MODES, MEMORY_MODES, MemoryMode
 from . import _runtime as _cuda
 
 __all__ = [
@@ -34,9 +35,6 @@ __all__ = [
     "resolve_memory_mode",
 ]
 
-MemoryMode = Literal["host", "pinned", "mapped", "managed"]
-MEMORY_MODES: tuple[MemoryMode, ...] = ("host", "pinned", "mapped", "managed")
-GPU_MEMORY_MODES: tuple[MemoryMode, ...] = ("pinned", "mapped", "managed")
 
 # Xavier (sm_72) is the first Jetson whose GPU snoops the CPU caches (one-way I/O
 # coherency); Nano (sm_53) and TX2 (sm_62) are not coherent.

@@ -11,13 +11,12 @@ import multiprocessing
 import os
 import sys
 import threading
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import PlatformError
+from ..vocabulary import WorkerKind
 
 __all__ = ["WorkerInfo", "WorkerKind", "choose_start_method", "current_worker", "set_current"]
-
-WorkerKind = Literal["thread", "process"]
 
 
 @dataclasses.dataclass

@@ -22,12 +22,12 @@ import logging
 import mmap
 import time
 import weakref
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import ClosedError
+from ..vocabulary import MemoryMode
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
 from .lifecycle import POLL_INTERVAL_S
@@ -50,7 +50,6 @@ __all__ = [
 _log = logging.getLogger("edgeload")
 
 PAGE_SIZE = mmap.PAGESIZE
-MemoryMode = Literal["host", "pinned", "mapped", "managed"]
 
 
 def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:

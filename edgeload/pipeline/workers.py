@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
+from ..vocabulary import WorkerKind
 from ._executors import Failure, ProcessBackend, ThreadBackend
-from ._worker_info import WorkerInfo, WorkerKind, choose_start_method, current_worker, set_current
+from ._worker_info import WorkerInfo, choose_start_method, current_worker, set_current
 from .lifecycle import POLL_INTERVAL_S, State, limit_library_threads
 
 __all__ = [

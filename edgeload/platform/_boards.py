@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .probe import PiRevision
+from .facts import PiRevision
 
 # (implementer, part) from cpuinfo -> core name.
 CORE_NAMES: dict[tuple[int, int], str] = {

@@ -13,7 +13,7 @@ from . import _live as live_facts
 from ._identify import Board, Seen, dt_strings, identify
 from ._power import read_power_mode
 from ._read import Reader, parse_cpuinfo
-from .probe import CpuInfo, GpuInfo, MemoryInfo, Platform
+from .facts import CpuInfo, GpuInfo, MemoryInfo, Platform
 
 
 def _gpu(board: Board, reader: Reader) -> GpuInfo:

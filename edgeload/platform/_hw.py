@@ -7,7 +7,7 @@ import re
 
 from ._boards import CORE_NAMES
 from ._read import Reader, parse_cpu_list, parse_kb_table
-from .probe import CpuCluster
+from .facts import CpuCluster
 
 CPU_DIR = "sys/devices/system/cpu"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import _boards as boards
 from ._read import Reader
-from .probe import Family, PiRevision
+from .facts import Family, PiRevision
 
 DT_DIRS = ("proc/device-tree", "sys/firmware/devicetree/base")
 # DMI placeholders firmware vendors leave in place of a product name.

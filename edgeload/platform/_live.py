@@ -16,7 +16,7 @@ import warnings
 from typing import Any
 
 from ._read import Reader
-from .probe import GpuInfo, OpenCVInfo
+from .facts import GpuInfo, OpenCVInfo
 
 
 def _import(name: str) -> Any:

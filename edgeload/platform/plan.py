@@ -13,14 +13,11 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import PlatformError
+from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
 from .profile import Profile, load_profile
-
-WorkerKind = Literal["thread", "process"]
-MemoryMode = Literal["host", "pinned", "mapped", "managed"]
-DecodeBackend = Literal["gstreamer", "ffmpeg"]
 
 # FFmpeg's H.264 decoder gains little beyond 4 threads at edge resolutions.
 MAX_FFMPEG_THREADS = 4
@@ -31,7 +28,6 @@ MAX_FFMPEG_THREADS = 4
 FILE_FFMPEG_THREADS = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
-_CUDA_MODES = ("pinned", "mapped", "managed")
 
 
 @dataclass(frozen=True)
@@ -150,7 +146,7 @@ def _memory_mode(
     wanted = natural if profile.memory_mode == "auto" else profile.memory_mode
     if wanted != natural:
         why = f"set by {'arguments' if explicit else 'the profile'}"
-    if wanted in _CUDA_MODES and (not present or usable is False):
+    if wanted in GPU_MEMORY_MODES and (not present or usable is False):
         cause = "no CUDA GPU was found" if not present else "torch cannot use CUDA here"
         if explicit:
             raise PlatformError(

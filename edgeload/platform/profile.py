@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ProfileError
+from ..vocabulary import (
+    AUTO,
+    DECODE_BACKENDS,
+    MEMORY_MODES,
+    WORKER_KINDS,
+    DecodeBackendSetting,
+    MemoryModeSetting,
+    WorkerKindSetting,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,13 +36,6 @@ else:  # JetPack 6 ships Python 3.10
 
 log = logging.getLogger(__name__)
 
-WorkerKindPref = Literal["auto", "thread", "process"]
-MemoryModePref = Literal["auto", "host", "pinned", "mapped", "managed"]
-DecodeBackendPref = Literal["auto", "gstreamer", "ffmpeg"]
-
-WORKER_KINDS = ("auto", "thread", "process")
-MEMORY_MODES = ("auto", "host", "pinned", "mapped", "managed")
-DECODE_BACKENDS = ("auto", "gstreamer", "ffmpeg")
 # Worker-count rules a profile may name instead of a number.
 WORKER_RULES = ("cores", "cores-1", "half-cores")
 PROFILE_ENV = "EDGELOAD_PROFILE"
@@ -45,7 +47,7 @@ _MATCH_KEYS = ("family", "soc", "model_contains")
 class Profile:
     """What to prefer on a device; every field has a safe built-in default."""
 
-    worker_kind: WorkerKindPref = "auto"
+    worker_kind: WorkerKindSetting = "auto"
     """``thread``, ``process`` or ``auto`` (the plan decides from the workload)."""
     num_workers: int | str = "cores"
     """A count, or a rule: ``cores``, ``cores-1``, ``half-cores`` (of the usable cores)."""
@@ -55,9 +57,9 @@ class Profile:
     """Floor of the prefetch budget, bytes."""
     prefetch_max_bytes: int = 512 << 20
     """Cap of the prefetch budget, bytes."""
-    memory_mode: MemoryModePref = "auto"
+    memory_mode: MemoryModeSetting = "auto"
     """Slot memory: ``host``, ``pinned``, ``mapped``, ``managed`` or ``auto``."""
-    decode_backend: DecodeBackendPref = "auto"
+    decode_backend: DecodeBackendSetting = "auto"
     """Video decode through ``gstreamer`` (hardware where it exists) or ``ffmpeg``."""
     thread_budget: int | str = "auto"
     """Total threads for decode, transforms and torch; ``auto`` = the usable cores."""
@@ -123,9 +125,9 @@ def _is_int(value: Any) -> bool:
 def _check(key: str, value: Any) -> str | None:
     """Why ``value`` is bad for ``key``, or None if it is good."""
     choices = {
-        "worker_kind": WORKER_KINDS,
-        "memory_mode": MEMORY_MODES,
-        "decode_backend": DECODE_BACKENDS,
+        "worker_kind": (AUTO, *WORKER_KINDS),
+        "memory_mode": (AUTO, *MEMORY_MODES),
+        "decode_backend": (AUTO, *DECODE_BACKENDS),
     }
     if key in choices:
         return None if value in choices[key] else f"must be one of {', '.join(choices[key])}"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from .._deps import require_cv2
 from ..errors import SourceError
+from ..vocabulary import DecodeBackend, DecodeBackendSetting
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
@@ -132,7 +133,7 @@ def _check_pipeline(text: str) -> None:
         )
 
 
-def opencv_has(feature: Literal["gstreamer", "ffmpeg"]) -> bool:
+def opencv_has(feature: DecodeBackend) -> bool:
     """Whether the installed OpenCV was built with ``feature`` (from its build information)."""
     cv2 = require_cv2()
     word = {"gstreamer": "GStreamer", "ffmpeg": "FFMPEG"}[feature]
@@ -158,8 +159,8 @@ def build_target(
     kind: SourceKind,
     value: str | int,
     *,
-    backend: Literal["auto", "gstreamer", "ffmpeg"],
-    preferred: Literal["gstreamer", "ffmpeg"],
+    backend: DecodeBackendSetting,
+    preferred: DecodeBackend,
     decoder: str,
     gstreamer: bool | None = None,
 ) -> Target:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import SourceError
+from ..vocabulary import DecodeBackendSetting
 from .capture import NETWORK_KINDS, SourceKind, classify
 
 Policy = Literal["latest", "every"]
@@ -91,7 +92,7 @@ class VideoSource:
         realtime: bool = False,
         fps: float | None = None,
         policy: Policy | None = None,
-        backend: Literal["auto", "gstreamer", "ffmpeg"] = "auto",
+        backend: DecodeBackendSetting = "auto",
         name: str | None = None,
         open_timeout_s: float = 5.0,
         read_timeout_s: float = 5.0,
