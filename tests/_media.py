@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _require import missing
 
 FFMPEG = shutil.which("ffmpeg")
 
@@ -29,7 +30,7 @@ def clip(
     full frame count: a truncated file, not an unreadable one.
     """
     if FFMPEG is None:
-        pytest.skip("ffmpeg (Debian package ffmpeg) is needed to write H.264 test clips")
+        missing("FFMPEG", "ffmpeg (Debian package ffmpeg) is needed to write H.264 test clips")
     w, h = size
     path = directory / f"{pattern}-{w}x{h}-{fps}fps-{seconds:g}s.mp4"
     if path.exists():

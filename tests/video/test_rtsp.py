@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _media import clip, media_dir
+from _require import RTSP_SERVER_PROBE, missing, system_python_has
 
 from edgeload.video import StreamLoader, VideoSource
 
@@ -21,12 +22,7 @@ pytestmark = pytest.mark.rtsp
 
 
 def server_available() -> bool:
-    probe = "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"
-    try:
-        return subprocess.run([SYSTEM_PYTHON, "-c", probe], capture_output=True,
-                              timeout=30).returncode == 0  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    return system_python_has(RTSP_SERVER_PROBE)
 
 
 class RtspServer:
@@ -75,7 +71,9 @@ def free_port() -> int:
 @pytest.fixture
 def server():
     if not server_available():
-        pytest.skip("needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)")
+        missing(
+            "RTSP", "needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)"
+        )
     srv = RtspServer(free_port())
     yield srv
     srv.stop()
