@@ -20,9 +20,11 @@ from typing import Any, Literal
 from .._deps import require_cv2
 from ..errors import SourceError
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
+from ._ffmpeg import OPTIONS_VAR, THREADS_VAR, network_options, scoped_env
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
+RtspTransport = Literal["tcp", "udp"]
 LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline")
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
@@ -48,6 +50,9 @@ class Target:
     """The path, URL or GStreamer pipeline passed to ``cv2.VideoCapture``."""
     index: int | None = None
     """The camera index for ``kind == "device"`` opened by index."""
+    rtsp_transport: RtspTransport | None = None
+    """RTSP only: ``tcp`` or ``udp`` as the source asked; None: TCP unless the
+    ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` environment variable names another."""
 
     @property
     def live(self) -> bool:
@@ -163,6 +168,7 @@ def build_target(
     preferred: DecodeBackend,
     decoder: str,
     gstreamer: bool | None = None,
+    rtsp_transport: RtspTransport | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -172,6 +178,7 @@ def build_target(
         preferred: the plan's decode backend for this device.
         decoder: the decoder chain name from :func:`hardware_decoder`.
         gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
+        rtsp_transport: the source's RTSP transport (``tcp``/``udp``), or None for TCP.
 
     Raises:
         SourceError: the source needs GStreamer and this OpenCV has none.
@@ -199,9 +206,11 @@ def build_target(
             return Target(kind, "gstreamer", f"v4l2src device={dev} ! {_TO_BGR} ! {_LIVE_SINK}")
         index = value if isinstance(value, int) else int(str(value)[len("/dev/video") :])
         return Target(kind, "any", str(value), index=index)
+    transport = rtsp_transport if kind == "rtsp" else None
     if want == "ffmpeg":
-        return Target(kind, "ffmpeg", str(value))
-    return Target(kind, "gstreamer", _decode_pipeline(kind, str(value), decoder))
+        return Target(kind, "ffmpeg", str(value), rtsp_transport=transport)
+    pipeline = _decode_pipeline(kind, str(value), decoder, transport or "tcp")
+    return Target(kind, "gstreamer", pipeline, rtsp_transport=transport)
 
 
 def _csi_pipeline(sensor: int) -> str:
@@ -211,10 +220,14 @@ def _csi_pipeline(sensor: int) -> str:
     )
 
 
-def _decode_pipeline(kind: SourceKind, location: str, decoder: str) -> str:
+def _decode_pipeline(kind: SourceKind, location: str, decoder: str, transport: str) -> str:
     chain = _DECODERS.get(decoder, _DECODERS["software"])
     if kind == "rtsp":
-        head = f'rtspsrc location="{location}" latency=0 ! rtph264depay ! h264parse'
+        # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.
+        head = (
+            f'rtspsrc location="{location}" latency=0 protocols={transport} '
+            "! rtph264depay ! h264parse"
+        )
         sink = _LIVE_SINK
     elif kind == "http":
         head = f'souphttpsrc location="{location}" is-live=true ! decodebin'
@@ -233,6 +246,7 @@ def open_capture(
 
     FFmpeg opens take OpenCV's global lock, so network opens carry an open timeout:
     a camera that accepts and never answers holds the lock for at most that long.
+    RTSP goes over TCP unless the target asks for UDP.
     """
     cv2 = require_cv2()
     params: list[int] = []
@@ -246,19 +260,20 @@ def open_capture(
         # open on a property it cannot set, and a camera index goes to V4L2.
         if const is not None and target.backend == "ffmpeg":
             params += [const, value]
+    env: dict[str, str] = {}
     if target.backend == "ffmpeg" and target.kind in NETWORK_KINDS:
-        # FFmpeg probes a live stream for 5 s by default to estimate its frame rate;
-        # 1 s is plenty for the codec parameters. A user's own options win.
-        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "analyzeduration;1000000")
+        env[OPTIONS_VAR] = network_options(target.rtsp_transport)
     if target.backend == "ffmpeg" and not hasattr(cv2, "CAP_PROP_N_THREADS"):
         # OpenCV < 4.8 reads the decode thread count from the environment at open.
-        os.environ["OPENCV_FFMPEG_THREADS"] = str(ffmpeg_threads)
+        env[THREADS_VAR] = str(ffmpeg_threads)
     api = {"gstreamer": cv2.CAP_GSTREAMER, "ffmpeg": cv2.CAP_FFMPEG, "any": cv2.CAP_ANY}
     where: str | int = target.index if target.index is not None else target.open_string
-    try:
-        cap = cv2.VideoCapture(where, api[target.backend], params)
-    except (TypeError, cv2.error):
-        cap = cv2.VideoCapture(where, api[target.backend])
+    # Set only for this open and put back after it: see edgeload/video/_ffmpeg.py.
+    with scoped_env(env):
+        try:
+            cap = cv2.VideoCapture(where, api[target.backend], params)
+        except (TypeError, cv2.error):
+            cap = cv2.VideoCapture(where, api[target.backend])
     if not cap.isOpened():
         cap.release()
         return None

@@ -21,11 +21,12 @@ from typing import Literal
 
 from ..errors import SourceError
 from ..vocabulary import DecodeBackendSetting
-from .capture import NETWORK_KINDS, SourceKind, classify
+from .capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
 _BACKENDS = ("auto", "gstreamer", "ffmpeg")
+_TRANSPORTS = ("tcp", "udp")
 
 
 class SourceState(str, enum.Enum):
@@ -78,6 +79,10 @@ class VideoSource:
         backoff_s: ``(first, cap)`` delays of the reconnect backoff, seconds.
         max_retries: failed opens in a row before a live stream is ``failed``;
             None retries forever.
+        rtsp_transport: RTSP only: ``tcp`` or ``udp`` for the RTP packets.  None:
+            TCP, unless ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` in the environment names
+            one.  UDP loses packets (smeared frames) on busy networks and does not
+            pass most NATs; ask for it only for a camera that cannot do TCP.
 
     Raises:
         SourceError: the input cannot be used (named, with what to do instead).
@@ -99,6 +104,7 @@ class VideoSource:
         stall_timeout_s: float = 5.0,
         backoff_s: tuple[float, float] = (0.5, 10.0),
         max_retries: int | None = None,
+        rtsp_transport: RtspTransport | None = None,
     ) -> None:
         kind, value = classify(uri)
         self.uri: str | int = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
@@ -115,6 +121,11 @@ class VideoSource:
         if backend not in _BACKENDS:
             raise ValueError(
                 f"video source {self.uri!r}: backend must be one of {_BACKENDS}, got {backend!r}"
+            )
+        if rtsp_transport is not None and (rtsp_transport not in _TRANSPORTS or kind != "rtsp"):
+            raise ValueError(
+                f"video source {self.uri!r}: rtsp_transport must be one of {_TRANSPORTS} "
+                f"and given for rtsp:// sources only, got {rtsp_transport!r}"
             )
         for label, value_s in (
             ("open_timeout_s", open_timeout_s),
@@ -138,6 +149,7 @@ class VideoSource:
         self.stall_timeout_s = stall_timeout_s
         self.backoff_s = backoff_s
         self.max_retries = max_retries
+        self.rtsp_transport = rtsp_transport
         self.policy: Policy = policy or ("latest" if self.live else "every")
 
     @property

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._ffmpeg import rtsp_transport_used
+
 if TYPE_CHECKING:
     from .streams import StreamLoader
 
@@ -21,6 +23,14 @@ KEY_VERSION = "version"
 KEY_STREAMS = "streams"
 KEY_URI = "uri"
 KEY_FRAME = "frame"
+
+
+def _transport(src: Any, target: Any) -> str | None:
+    if src.kind != "rtsp":
+        return None
+    if target.backend == "ffmpeg":  # the environment may name one
+        return rtsp_transport_used(target.rtsp_transport)
+    return str(target.rtsp_transport or "tcp")
 
 
 def _stream_stats(stream: Any) -> dict[str, Any]:
@@ -32,6 +42,7 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
         "kind": src.kind,
         "backend": target.backend,
         "pipeline": target.open_string,
+        "rtsp_transport": _transport(src, target),
         "policy": src.policy,
         "state": "pending" if reader is None else reader.state.value,
         "delivered": stream.delivered,

@@ -61,7 +61,8 @@ def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) ->
     platform = probe() if platform is None else platform
     plan = plan_for(streams=1, platform=platform) if plan is None else plan
     return build_target(src.kind, src.value, backend=src.backend,
-                        preferred=plan.decode_backend, decoder=hardware_decoder(platform))  # fmt: skip
+                        preferred=plan.decode_backend, decoder=hardware_decoder(platform),
+                        rtsp_transport=src.rtsp_transport)  # fmt: skip
 
 
 class StreamLoader:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from _media import clip, media_dir
 from _require import RTSP_SERVER_PROBE, missing, system_python_has
@@ -118,3 +120,52 @@ def test_stream_reconnects_after_server_restart_and_others_never_stop(server, tm
     assert cam_stats["reconnects"] == 1 and cam_stats["state"] == "streaming"
     assert file_stats["reconnects"] == 0
     assert max(np.diff(file_times)) < 0.5  # never stalled
+
+
+def _sockets() -> tuple[int, int]:
+    """This process's (UDP sockets, TCP connections to a server) right now."""
+    me = psutil.Process()
+    conns = me.net_connections if hasattr(me, "net_connections") else me.connections
+    return len(conns(kind="udp")), len([c for c in conns(kind="tcp") if c.raddr])
+
+
+def _transport_while_streaming(loader: StreamLoader) -> tuple[int, int]:
+    for i, batch in enumerate(loader):
+        if batch.valid.all() and i >= 3:
+            return _sockets()
+    raise AssertionError("the stream ended before it delivered frames")
+
+
+def test_rtsp_runs_over_tcp_and_leaves_the_environment_alone(server, tmp_path_factory):
+    url = server.start(clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0))
+    before = os.environ.get("OPENCV_FFMPEG_CAPTURE_OPTIONS")
+    assert _sockets()[0] == 0, "another test left UDP sockets open"
+    with StreamLoader([VideoSource(url, open_timeout_s=5)], size=(64, 48)) as loader:
+        udp, tcp = _transport_while_streaming(loader)
+        assert loader.stats()["streams"][0]["rtsp_transport"] == "tcp"
+    assert (udp, tcp) == (0, 1), "RTP should be interleaved in the one RTSP TCP connection"
+    assert os.environ.get("OPENCV_FFMPEG_CAPTURE_OPTIONS") == before
+    # A capture the user opens afterwards still gets OpenCV's own TCP preference.
+    cv2 = pytest.importorskip("cv2")
+    cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG)
+    try:
+        assert cap.read()[0]
+        assert _sockets() == (0, 1)
+    finally:
+        cap.release()
+
+
+def test_rtsp_over_udp_on_request(server, tmp_path_factory):
+    url = server.start(clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0))
+    cam = VideoSource(url, open_timeout_s=5, rtsp_transport="udp")
+    with StreamLoader([cam], size=(64, 48)) as loader:
+        udp, _ = _transport_while_streaming(loader)
+        assert loader.stats()["streams"][0]["rtsp_transport"] == "udp"
+    assert udp >= 2, "RTP and RTCP should arrive on UDP sockets"
+
+
+def test_rtsp_transport_is_checked():
+    with pytest.raises(ValueError, match=r"rtsp_transport.*'quic'"):
+        VideoSource("rtsp://cam/x", rtsp_transport="quic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rtsp:// sources only"):
+        VideoSource(0, rtsp_transport="udp")

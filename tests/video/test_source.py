@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -11,6 +12,13 @@ from _media import clip, media_dir
 
 from edgeload.errors import SourceError
 from edgeload.video import SourceState, VideoSource
+from edgeload.video._ffmpeg import (
+    OPTIONS_VAR,
+    THREADS_VAR,
+    network_options,
+    rtsp_transport_used,
+    scoped_env,
+)
 from edgeload.video.capture import build_target, classify, hardware_decoder
 from edgeload.video.reader import StreamReader
 
@@ -97,6 +105,7 @@ def test_gstreamer_pipelines_per_board(family, soc, decoder, element):
     assert rtsp.open_string.startswith('rtspsrc location="rtsp://cam/x" latency=0')
     assert element in rtsp.open_string
     assert rtsp.open_string.endswith("appsink drop=true max-buffers=1 sync=false")
+    assert "protocols=tcp" in rtsp.open_string
     csi = build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder=decoder,
                        gstreamer=True)  # fmt: skip
     assert "nvarguscamerasrc sensor-id=0" in csi.open_string
@@ -241,3 +250,24 @@ def test_target_for_shows_what_a_loader_would_open():
         assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://10.0.0.2/main")
         with pytest.raises(SourceError, match="needs OpenCV with GStreamer"):
             target_for(VideoSource("rtsp://10.0.0.2/main", backend="gstreamer"))
+
+
+def test_rtsp_options_precedence_defaults_then_environment_then_source(monkeypatch):
+    monkeypatch.delenv(OPTIONS_VAR, raising=False)
+    assert rtsp_transport_used(None) == "tcp"
+    monkeypatch.setenv(OPTIONS_VAR, "rtsp_transport;udp|stimeout;1000")
+    assert rtsp_transport_used(None) == "udp"
+    assert rtsp_transport_used("tcp") == "tcp"
+    assert "stimeout;1000" in network_options("tcp")
+    udp = build_target("rtsp", "rtsp://cam/x", backend="gstreamer", preferred="ffmpeg",
+                       decoder="software", gstreamer=True, rtsp_transport="udp")  # fmt: skip
+    assert "protocols=udp" in udp.open_string
+
+
+def test_scoped_env_puts_back_what_was_there(monkeypatch):
+    monkeypatch.setenv(OPTIONS_VAR, "mine")
+    monkeypatch.delenv(THREADS_VAR, raising=False)
+    with scoped_env({OPTIONS_VAR: "edgeload", THREADS_VAR: "2"}):
+        assert os.environ[OPTIONS_VAR] == "edgeload"
+    assert os.environ[OPTIONS_VAR] == "mine"
+    assert THREADS_VAR not in os.environ
