@@ -76,6 +76,16 @@ def _no_leaks():
         pytest.fail("leak after test: " + "; ".join(found), pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_tuned_profile(monkeypatch, tmp_path):
+    """A fresh device: no EDGELOAD_PROFILE and a private, empty user config dir.
+
+    A developer's own tuned profile must never change what a test plans.
+    """
+    monkeypatch.delenv("EDGELOAD_PROFILE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
 # --- hardware markers: `cuda` (GPU memory modes) --------------------------------------
 
 

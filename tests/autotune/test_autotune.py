@@ -42,10 +42,8 @@ def small_clip(tmp_path_factory):
 
 
 @pytest.fixture
-def config_home(tmp_path, monkeypatch):
-    """A private XDG config dir and no EDGELOAD_PROFILE: what a fresh device has."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("EDGELOAD_PROFILE", raising=False)
+def config_home(tmp_path):
+    """The private user config dir conftest's _no_tuned_profile points XDG_CONFIG_HOME at."""
     return tmp_path / "xdg" / "edgeload"
 
 

@@ -11,15 +11,8 @@ import pytest
 from edgeload.errors import PlatformError, ProfileError
 from edgeload.platform.plan import plan_for
 from edgeload.platform.probe import probe
-from edgeload.platform.profile import PROFILE_ENV
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
-
-
-@pytest.fixture(autouse=True)
-def _no_tuned_profile(monkeypatch, tmp_path):
-    monkeypatch.delenv(PROFILE_ENV, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.mark.parametrize(

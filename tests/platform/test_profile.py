@@ -38,13 +38,6 @@ EXPECTED_FILE = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_tuned_profile(monkeypatch, tmp_path):
-    # A developer's own tuned profile must not leak into these tests.
-    monkeypatch.delenv(PROFILE_ENV, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
 def test_every_platform_file_loads_and_is_valid():
     names = [name for name, _ in platform_files()]
     assert len(names) >= 8
