@@ -145,6 +145,8 @@ class DataLoader:
         self._slots: LoaderSlots = LoaderSlots(
             enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
         )
+        self._memory_mode = "host"
+        self._memory_mode_reason = "not planned: the loader was closed before its first iter()"
         self._epoch = 0
         self._base_seed: int | None = None
         self._resume: dict[str, Any] | None = None
@@ -301,7 +303,9 @@ class DataLoader:
 
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, memory
-        mode and why, slots."""
+        mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
+        if not self._closed:
+            self._resolve()
         return {
             **self._counters,
             "skipped": list(self._skips),

@@ -203,3 +203,14 @@ def test_stats_say_which_memory_the_slots_use_and_why():
         assert stats["memory_mode"] == "host"
         assert "no CUDA GPU" in stats["memory_mode_reason"]
     assert stats["memory_mode_reason"]
+
+
+def test_stats_before_the_first_iter_show_what_the_plan_chose():
+    loader = DataLoader(DictDS(), batch_size=4, num_workers=0)
+    stats = loader.stats()
+    assert stats["batches"] == 0 and stats["memory_mode"] == "host" and stats["memory_mode_reason"]
+    assert list(loader)  # the plan taken for stats() is the one the epoch uses
+    assert loader.stats()["memory_mode"] == stats["memory_mode"]
+    loader.close()
+    with DataLoader(DictDS(), batch_size=4) as fresh:  # "auto" workers: planned, not started
+        assert fresh.stats()["num_workers"] >= 0
