@@ -8,12 +8,14 @@ from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device,
 from .cuda.transfer import DeviceCopier
 from .dataset.loader import DataLoader, get_worker_info
 from .errors import (
+    ArgumentError,
     ClosedError,
     EdgeloadError,
     MissingDependency,
     PlatformError,
     ProfileError,
     SourceError,
+    WaitTimeout,
     WorkerError,
     WorkerTimeout,
 )
@@ -26,6 +28,7 @@ from .platform.profile import Profile, load_profile
 from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
 
 __all__ = [
+    "ArgumentError",
     "Batch",
     "ClosedError",
     "CudaDevice",
@@ -50,6 +53,7 @@ __all__ = [
     "TuneResult",
     "VideoSource",
     "VideoWorkload",
+    "WaitTimeout",
     "WorkerError",
     "WorkerPool",
     "WorkerTimeout",

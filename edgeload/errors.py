@@ -5,10 +5,12 @@ all of them::
 
     EdgeloadError
     ├── PlatformError        board not recognised, or it cannot do what was asked
+    ├── ArgumentError        a bad argument to a function or command (also a ValueError)
     ├── ProfileError         bad value in a profile file (also a ValueError)
     ├── SourceError          a stream could not be opened or read
     ├── WorkerError          a worker raised or died; the original is __cause__
     │   └── WorkerTimeout    no result within the timeout (also a TimeoutError)
+    ├── WaitTimeout          no slot or queue room came free in time (also a TimeoutError)
     ├── ClosedError          object used after close()
     └── MissingDependency    torch or cv2 absent (also an ImportError)
 
@@ -18,12 +20,14 @@ Messages name the problem, show the bad value and suggest a next step.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
     "ClosedError",
     "EdgeloadError",
     "MissingDependency",
     "PlatformError",
     "ProfileError",
     "SourceError",
+    "WaitTimeout",
     "WorkerError",
     "WorkerTimeout",
 ]
@@ -35,6 +39,10 @@ class EdgeloadError(Exception):
 
 class PlatformError(EdgeloadError):
     """The device is not recognised, or cannot give what was asked of it."""
+
+
+class ArgumentError(EdgeloadError, ValueError):
+    """An argument is out of range or of the wrong kind; the message names the parameter."""
 
 
 class ProfileError(EdgeloadError, ValueError):
@@ -80,6 +88,10 @@ class WorkerError(EdgeloadError):
 
 class WorkerTimeout(WorkerError, TimeoutError):
     """No result arrived within the timeout."""
+
+
+class WaitTimeout(EdgeloadError, TimeoutError):
+    """A wait for a free slot or for room in a queue ran past its timeout."""
 
 
 class ClosedError(EdgeloadError):

@@ -27,3 +27,13 @@ def test_import_does_not_pull_torch_or_cv2():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_every_error_is_an_edgeload_error_and_the_builtin_its_callers_catch():
+    """``except TimeoutError`` / ``except ValueError`` keep working around edgeload calls."""
+    assert issubclass(edgeload.WaitTimeout, TimeoutError)
+    assert issubclass(edgeload.WorkerTimeout, TimeoutError)
+    assert issubclass(edgeload.ArgumentError, ValueError)
+    assert issubclass(edgeload.ProfileError, ValueError)
+    for name in edgeload.errors.__all__:
+        assert issubclass(getattr(edgeload.errors, name), edgeload.EdgeloadError), name

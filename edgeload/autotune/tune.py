@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import EdgeloadError, ProfileError
+from ..errors import ArgumentError, EdgeloadError
 from ..measure import tree_pss_bytes
 from ..platform.plan import PROCESS_WORKER_BYTES, Plan, format_mib, plan_for
 from ..platform.profile import load_profile
@@ -129,15 +129,17 @@ def autotune(
         The trials, the winner and why; ``interrupted`` is True after Ctrl-C.
 
     Raises:
-        ProfileError: a bad option, or a ceiling below what one batch needs.
+        ArgumentError: a bad argument, or a ceiling below what one batch needs.
         SourceError: the workload's input cannot be used (checked before any trial).
     """
     if objective not in ("throughput", "latency"):
-        raise ProfileError(f"--objective must be throughput or latency, got {objective!r}")
+        raise ArgumentError(
+            f"objective (--objective) must be 'throughput' or 'latency', got {objective!r}"
+        )
     if not trial_seconds > 0 or not budget_seconds > 0:
-        raise ProfileError(
-            f"--trial-seconds and --budget-seconds must be > 0, got {trial_seconds} and "
-            f"{budget_seconds}"
+        raise ArgumentError(
+            "trial_seconds and budget_seconds (--trial-seconds, --budget-seconds) must be > 0, "
+            f"got {trial_seconds} and {budget_seconds}"
         )
     if platform is None:
         from ..platform.probe import probe
@@ -149,8 +151,8 @@ def autotune(
     baseline_bytes = tree_pss_bytes()
     need = baseline_bytes + 2 * workload.batch_bytes(workload.batch)
     if ceiling < need:
-        raise ProfileError(
-            f"--max-memory {format_mib(ceiling)} is below what one batch needs: this process uses "
+        raise ArgumentError(
+            f"max_memory_bytes (--max-memory) {format_mib(ceiling)} is below what one batch needs: this process uses "
             f"{format_mib(baseline_bytes)} and two slots of {workload.name} take "
             f"{format_mib(2 * workload.batch_bytes(workload.batch))}; raise it to at least {format_mib(need)}"
         )

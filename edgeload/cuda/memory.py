@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._deps import require_torch
-from ..errors import PlatformError, ProfileError
+from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from . import _runtime as _cuda
 from ._fences import POLL_S, Fences, hold_until_done
@@ -103,16 +103,16 @@ def allocate(mode: MemoryMode, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8
         nbytes: size in bytes, > 0.
 
     Raises:
-        ProfileError: ``mode`` is not a GPU memory mode or ``nbytes`` is not positive.
+        ArgumentError: ``mode`` is not a GPU memory mode or ``nbytes`` is not positive.
         PlatformError: this machine cannot give ``mode`` (why, and which mode works).
     """
     if mode not in GPU_MEMORY_MODES:
-        raise ProfileError(
+        raise ArgumentError(
             f"allocate() makes GPU slot memory, one of {GPU_MEMORY_MODES}, got {mode!r}; "
             "host memory comes from edgeload.pipeline.slots"
         )
     if not isinstance(nbytes, int) or nbytes <= 0:
-        raise ProfileError(f"nbytes must be a positive int, got {nbytes!r}")
+        raise ArgumentError(f"nbytes must be a positive int, got {nbytes!r}")
     check_memory_mode(mode)
     return np.asarray(_CudaMemory(mode, nbytes))
 
@@ -125,7 +125,7 @@ class CudaBacking:
         nbytes: size in bytes.
 
     Raises:
-        ProfileError, PlatformError: as allocate().
+        ArgumentError, PlatformError: as allocate().
     """
 
     name: str | None = None
@@ -274,13 +274,13 @@ def as_cuda_tensor(array: np.ndarray[Any, Any], *, device: Any = None) -> Any:
         device: the torch CUDA device; default the current one.
 
     Raises:
-        ProfileError: ``array`` is host or pinned memory, which the GPU cannot read
+        ArgumentError: ``array`` is host or pinned memory, which the GPU cannot read
             in place; copy it with edgeload.cuda.transfer.DeviceCopier instead.
     """
     owner = _owner(array)
     if owner is None or owner.mode == "pinned":
         mode = "host" if owner is None else owner.mode
-        raise ProfileError(
+        raise ArgumentError(
             f"as_cuda_tensor() needs mapped or managed slot memory, got {mode!r} memory; "
             "copy it to the GPU with edgeload.cuda.transfer.DeviceCopier (or use "
             "memory_mode='mapped')"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, WorkerTimeout
+from ..errors import ClosedError, WaitTimeout, WorkerTimeout
 from .lifecycle import POLL_INTERVAL_S, State
 
 __all__ = ["END", "Policy", "PrefetchStats", "Prefetcher"]
@@ -159,7 +159,7 @@ class Prefetcher(Generic[T]):
 
         Raises:
             ClosedError: the queue is closed (also while waiting).
-            TimeoutError: no room within ``timeout_s``.
+            WaitTimeout: no room within ``timeout_s`` (a TimeoutError).
             ValueError: ``nbytes`` above ``max_bytes``, negative, or a put after END.
         """
         if nbytes < 0 or (self.max_bytes is not None and nbytes > self.max_bytes):
@@ -243,7 +243,7 @@ class Prefetcher(Generic[T]):
                             "are just slow",
                             worker=self.name,
                         )
-                    raise TimeoutError(
+                    raise WaitTimeout(
                         f"{self.name}: no room within {timeout_s} s (depth "
                         f"{len(self._items)}/{self.max_items}, {self._bytes} bytes held); "
                         "the consumer is not taking items"

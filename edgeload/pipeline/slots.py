@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ClosedError
+from ..errors import ClosedError, WaitTimeout
 from ..vocabulary import MemoryMode
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
@@ -227,7 +227,7 @@ class SlotPool:
 
         Raises:
             ClosedError: the pool is closed (also while waiting).
-            TimeoutError: no slot came free within ``timeout_s``.
+            WaitTimeout: no slot came free within ``timeout_s`` (a TimeoutError).
         """
         core = self._core
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -243,7 +243,7 @@ class SlotPool:
                     continue
                 left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(
+                    raise WaitTimeout(
                         f"{self.name}: no free slot within {timeout_s} s ({self.count} "
                         f"slots: {len(core.acquired)} being filled, {len(core.leased)} held "
                         "by the consumer); release batches sooner or raise max_bytes"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import PlatformError
+from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
 from .profile import Profile, load_profile
 
@@ -205,7 +205,7 @@ def plan_for(
             profile, **{k: v for k, v in overrides.items() if v is not None}
         )
     if prefetch_bytes is not None and prefetch_bytes < 0:
-        raise PlatformError(f"prefetch_bytes must be >= 0, got {prefetch_bytes}")
+        raise ArgumentError(f"prefetch_bytes must be >= 0, got {prefetch_bytes}")
     reasons: dict[str, str] = {}
     usable = _usable_cores(platform)
     budget = usable if profile.thread_budget == "auto" else int(profile.thread_budget)

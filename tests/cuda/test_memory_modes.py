@@ -106,12 +106,12 @@ def test_missing_torch_reads_as_not_usable(monkeypatch):
 
 @pytest.mark.parametrize("nbytes", [0, -1, 1.5])
 def test_allocate_rejects_bad_sizes(nbytes):
-    with pytest.raises(ProfileError, match=rf"nbytes must be a positive int, got {nbytes!r}"):
+    with pytest.raises(ValueError, match=rf"nbytes must be a positive int, got {nbytes!r}"):
         allocate("pinned", nbytes)
 
 
 def test_allocate_leaves_host_memory_to_the_pool():
-    with pytest.raises(ProfileError, match=r"host memory comes from edgeload\.pipeline\.slots"):
+    with pytest.raises(ValueError, match=r"host memory comes from edgeload\.pipeline\.slots"):
         allocate("host", 4096)  # type: ignore[arg-type]
 
 
@@ -133,7 +133,7 @@ def test_host_arrays_are_host_memory_without_fences():
 
 def test_zero_copy_view_of_host_memory_is_refused_with_the_fix():
     with pytest.raises(
-        ProfileError, match=r"copy it to the GPU with edgeload\.cuda\.transfer\.DeviceCopier"
+        ValueError, match=r"copy it to the GPU with edgeload\.cuda\.transfer\.DeviceCopier"
     ):
         as_cuda_tensor(np.zeros(16, np.uint8))
 

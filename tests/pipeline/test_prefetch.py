@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgeload.errors import ClosedError, WorkerTimeout
+from edgeload.errors import ClosedError, WaitTimeout, WorkerTimeout
 from edgeload.pipeline.prefetch import END, Prefetcher
 
 # An op is ("put", nbytes), ("get",) or ("close",).
@@ -163,7 +163,7 @@ def test_get_timeout_says_what_happened():
 def test_put_timeout_when_nobody_consumes():
     q: Prefetcher[int] = Prefetcher(max_items=1, name="ds")
     q.put(1)
-    with pytest.raises(TimeoutError, match=r"ds: no room within 0.05 s \(depth 1/1"):
+    with pytest.raises(WaitTimeout, match=r"ds: no room within 0.05 s \(depth 1/1"):
         q.put(2, timeout_s=0.05)
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgeload.errors import ClosedError, PlatformError
+from edgeload.errors import ClosedError, PlatformError, WaitTimeout
 from edgeload.pipeline.slots import PAGE_SIZE, SlotPool, allocate, attach, check_shm_space
 
 
@@ -105,7 +105,7 @@ def test_reserve_keeps_slots_for_producers_that_fill_several_at_once():
 def test_acquire_times_out_with_a_clear_message_when_producers_hold_every_slot():
     with SlotPool((4,), np.uint8, count=1, name="cams") as pool:
         slot = pool.acquire(timeout_s=1)
-        with pytest.raises(TimeoutError, match=r"cams: no free slot within 0.05 s \(1 slots"):
+        with pytest.raises(WaitTimeout, match=r"cams: no free slot within 0.05 s \(1 slots"):
             pool.acquire(timeout_s=0.05)
         pool.release(slot)
         with pytest.raises(ValueError, match="slot 0 is not acquired"):

@@ -120,7 +120,7 @@ def test_overrides_win_and_bad_ones_are_named():
     assert plan.profile_source.endswith("< arguments")
     with pytest.raises(ProfileError, match="num_workers must be"):
         plan_for(item_bytes=100, platform=platform, num_workers=-1)
-    with pytest.raises(PlatformError, match="prefetch_bytes must be >= 0"):
+    with pytest.raises(ValueError, match="prefetch_bytes must be >= 0"):
         plan_for(item_bytes=100, platform=platform, prefetch_bytes=-5)
 
 
