@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeload._compat import zip_strict
+
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
 _CHILD_TIMEOUT_S = 600
 
@@ -225,7 +227,7 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
         # drifts in a shared machine's load better than a ratio of medians.
         per_round = [
             (e["images"] / e["seconds"]) / (t["images"] / t["seconds"])
-            for e, t in zip(runs["edgeload"], runs[best], strict=True)
+            for e, t in zip_strict(runs["edgeload"], runs[best])
         ]
         report["speed_vs_best_torch_per_round"] = per_round
         report["speed_vs_best_torch_round_median"] = statistics.median(per_round)

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeload._compat import zip_strict
+
 THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
 LATENCY = ("latency-edgeload", "latency-fifo")
 OUT = (640, 640)
@@ -138,7 +140,7 @@ def _reader_threads(paths: list[str], maxsize: int, pace: bool) -> tuple[list[An
             q.put((frame, t0 + n / 30))
             n += 1
 
-    for p, q in zip(paths, queues, strict=True):
+    for p, q in zip_strict(paths, queues):
         threading.Thread(target=read, args=(p, q), daemon=True).start()
     return queues, t0
 

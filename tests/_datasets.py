@@ -13,6 +13,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 import edgeload
 from edgeload import DataLoader
+from edgeload._compat import zip_strict
 
 N = 23
 
@@ -141,16 +142,14 @@ def same(a, b):
         return type(a) is type(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return (
-            type(a) is type(b)
-            and len(a) == len(b)
-            and all(same(x, y) for x, y in zip(a, b, strict=True))
+            type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip_strict(a, b))
         )
     return type(a) is type(b) and a == b
 
 
 def assert_same_batches(ours, theirs):
     assert len(ours) == len(theirs)
-    for k, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+    for k, (a, b) in enumerate(zip_strict(ours, theirs)):
         assert same(a, b), f"batch {k} differs:\n edgeload {a}\n torch    {b}"
 
 

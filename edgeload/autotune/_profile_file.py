@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._compat import is_relative_to
 from .._version import __version__
 from ..checkpoint import write_atomic
 from ..errors import ProfileError
@@ -99,4 +100,4 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def _hint(path: Path) -> str:
-    return "run as root (sudo)" if path.is_relative_to("/etc") else "choose --output PATH"
+    return "run as root (sudo)" if is_relative_to(path, "/etc") else "choose --output PATH"

@@ -16,12 +16,13 @@ failed) scores None and is never moved to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Tuple
 
+# typing's generics: subscripting the builtins or collections.abc at run time needs 3.9
 Config = Mapping[str, Any]
-ConfigKey = tuple[tuple[str, Any], ...]
+ConfigKey = Tuple[Tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)

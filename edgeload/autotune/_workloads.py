@@ -14,14 +14,15 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterator, Optional, Protocol, Sequence, Tuple
 
 from ..errors import EdgeloadError, SourceError
 from ..measure import PeakPss, percentile, tree_cpu_seconds
 
-Batches = Iterator[tuple[int, Sequence[float] | None]]
+# typing's generics: this alias is evaluated at import, and Python 3.8 has no `X | Y`
+Batches = Iterator[Tuple[int, Optional[Sequence[float]]]]
 
 
 @dataclass(frozen=True)

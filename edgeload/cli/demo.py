@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import zip_strict
 from .._deps import require_cv2
 from ..measure import tree_pss_bytes
 from ..video.batch import Batch
@@ -81,9 +82,7 @@ def contact_sheet(batch: Batch, path: Path) -> Path:
     frames = batch.frames.cpu().numpy()
     if frames.shape[-1] != 3:
         frames = frames.transpose(0, 2, 3, 1)
-    tiles = [
-        f if ok else np.zeros_like(f) for f, ok in zip(frames, batch.valid.tolist(), strict=True)
-    ]
+    tiles = [f if ok else np.zeros_like(f) for f, ok in zip_strict(frames, batch.valid.tolist())]
     cols = int(np.ceil(np.sqrt(len(tiles))))
     rows = -(-len(tiles) // cols)
     tiles += [np.zeros_like(tiles[0])] * (rows * cols - len(tiles))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import zip_strict
 from .._deps import require_torch
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
@@ -166,7 +167,7 @@ def gpu_allocator(mode: MemoryMode) -> Callable[[int, bool, str], CudaBacking]:
 def _owner(array: np.ndarray[Any, Any]) -> _CudaMemory | None:
     # Pool views are np.frombuffer() over a memoryview of the flat array: follow both.
     base: object = array
-    while isinstance(base, np.ndarray | memoryview):
+    while isinstance(base, (np.ndarray, memoryview)):
         base = base.base if isinstance(base, np.ndarray) else base.obj
     return base if isinstance(base, _CudaMemory) else None
 
@@ -182,8 +183,8 @@ def _byte_range(array: np.ndarray[Any, Any], owner: _CudaMemory) -> tuple[int, i
     start = int(array.__array_interface__["data"][0]) - owner.host_ptr
     if array.size == 0:
         return start, start
-    low = sum((n - 1) * s for n, s in zip(array.shape, array.strides, strict=True) if s < 0)
-    high = sum((n - 1) * s for n, s in zip(array.shape, array.strides, strict=True) if s > 0)
+    low = sum((n - 1) * s for n, s in zip_strict(array.shape, array.strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip_strict(array.shape, array.strides) if s > 0)
     return start + low, start + high + array.itemsize
 
 

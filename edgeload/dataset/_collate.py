@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import zip_strict
 from .._deps import require_torch
 
 # Leaves start on a cache-line boundary.
@@ -113,7 +114,7 @@ def _view_node(node: Any, batch: int, buf: np.ndarray, rows: int) -> Any:
         flat = buf[node.offset : node.offset + count * dtype.itemsize].view(dtype)
         return flat.reshape(batch, *node.shape)[:rows]
     if node[0] == "dict":
-        return {k: _view_node(c, batch, buf, rows) for k, c in zip(node[1], node[2], strict=True)}
+        return {k: _view_node(c, batch, buf, rows) for k, c in zip_strict(node[1], node[2])}
     return [_view_node(c, batch, buf, rows) for c in node[1]]
 
 
@@ -127,7 +128,7 @@ def _put(node: Any, view: Any, value: Any, row: int) -> None:
     if node[0] == "dict":
         if type(value) is not dict or tuple(value) != node[1]:
             raise _Unsuited
-        for child, key in zip(node[2], node[1], strict=True):
+        for child, key in zip_strict(node[2], node[1]):
             _put(child, view[key], value[key], row)
         return
     if type(value) not in (tuple, list) or len(value) != len(node[1]):
@@ -177,7 +178,7 @@ def _rebuild(torch: Any, node: Any, view: Any, row: int) -> Any:
             return torch.from_numpy(np.array(value))
         return {"int": int, "float": float, "bool": bool}[node.kind](value)
     if node[0] == "dict":
-        return {k: _rebuild(torch, c, view[k], row) for k, c in zip(node[1], node[2], strict=True)}
+        return {k: _rebuild(torch, c, view[k], row) for k, c in zip_strict(node[1], node[2])}
     items = [_rebuild(torch, c, view[i], row) for i, c in enumerate(node[1])]
     return tuple(items) if node[2] == "tuple" else items
 

@@ -10,8 +10,7 @@ epoch's random inputs, how many batches were yielded, and per worker the random 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import WorkerError
 from ._fetch import Result, Task, WorkerStart

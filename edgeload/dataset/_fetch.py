@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import pickle
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .._compat import format_exception
 from . import _collate
 from ._worker_ctx import enter_worker, restore_rng, snapshot_rng
 
@@ -159,7 +159,7 @@ class Fetcher:
                 except Exception as exc:
                     raise _SampleError(task.index, exc) from exc
         except _SampleError as err:
-            text = "".join(traceback.format_exception(err.exc))
+            text = "".join(format_exception(err.exc))
             result.error = (err.index, f"{type(err.exc).__name__}: {err.exc}", text)
             result.data = None
             result.exc = err.exc if self.mode != "process" or _pickles(err.exc) else None

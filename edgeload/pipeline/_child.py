@@ -13,11 +13,11 @@ import os
 import pickle
 import signal
 import threading
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Tuple
 
+from .._compat import format_exception
 from ..errors import PlatformError
 from ._shm import SHM_DIR, detach_all
 from .lifecycle import POLL_INTERVAL_S, limit_library_threads
@@ -48,11 +48,11 @@ class Failure:
             exc=keep,
             type_name=type(exc).__qualname__,
             message=str(exc),
-            traceback_text="".join(traceback.format_exception(exc)),
+            traceback_text="".join(format_exception(exc)),
         )
 
 
-Message = tuple[int, int, bool, Any]
+Message = Tuple[int, int, bool, Any]
 """``(task index, worker id, ok, value or Failure)``, from worker to consumer."""
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 

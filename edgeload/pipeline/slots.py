@@ -22,15 +22,18 @@ import logging
 import mmap
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from ..errors import ClosedError, WaitTimeout
 from ..vocabulary import MemoryMode
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
 from .lifecycle import POLL_INTERVAL_S
+
+if TYPE_CHECKING:  # numpy.typing arrived in numpy 1.20; JetPack 5 ships 1.17
+    import numpy.typing as npt
 
 __all__ = [
     "PAGE_SIZE",

@@ -14,10 +14,10 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from .._compat import package_dir
 from ..errors import ProfileError
 from ..vocabulary import (
     AUTO,
@@ -173,7 +173,7 @@ def read_profile_file(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[
 
 def platform_files() -> Iterator[tuple[str, Path]]:
     """The shipped ``platforms/*.toml`` files as (display name, path), sorted by name."""
-    root = resources.files("edgeload").joinpath("platforms")
+    root = package_dir("edgeload").joinpath("platforms")
     if not root.is_dir():  # a source checkout: platforms/ sits beside the package
         root = Path(__file__).resolve().parents[2] / "platforms"
     for entry in sorted(root.iterdir(), key=lambda e: e.name):

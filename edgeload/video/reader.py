@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._compat import zip_strict
 from ._ffmpeg import rtsp_transport_used
 
 if TYPE_CHECKING:
@@ -129,5 +130,5 @@ def load_loader_state(loader: StreamLoader, state: dict[str, Any]) -> None:
             f"StreamLoader state is for files {[e[KEY_URI] for e in saved]}, this loader has "
             f"{[str(s.source.uri) for s in files]}; give the same file sources in the same order"
         )
-    for stream, entry in zip(files, saved, strict=True):
+    for stream, entry in zip_strict(files, saved):
         stream.last_seq = int(entry[KEY_FRAME]) - 1

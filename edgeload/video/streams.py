@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import numpy as np
 
@@ -38,7 +38,8 @@ _log = logging.getLogger("edgeload")
 _JOIN_TIMEOUT_S = 10.0
 _WINDOW = 2048  # recent frame ages kept for the percentiles
 
-SourceLike = VideoSource | str | int | os.PathLike[str]
+# evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
+SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]
 
 
 def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) -> Target:

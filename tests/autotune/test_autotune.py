@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
 from _media import clip, media_dir
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,6 +27,11 @@ from hypothesis import strategies as st
 from edgeload import cli, load_profile, plan_for, probe
 from edgeload.autotune._profile_file import render_toml
 from edgeload.autotune._report import format_table
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the package's own dependency below 3.11
+    import tomli as tomllib
 from edgeload.autotune._search import Knob, coordinate_search, grid_size, pick_winner
 from edgeload.autotune.tune import Trial, TuneResult, VideoWorkload, autotune, write_profile
 from edgeload.cli.autotune import parse_memory

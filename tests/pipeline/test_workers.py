@@ -196,10 +196,9 @@ def test_close_with_work_pending_is_prompt_and_final(kind):
 
 
 def test_process_workers_write_shared_slots_in_place():
-    with (
-        SlotPool((64, 64), np.int32, count=4, shared=True) as slots,
-        WorkerPool(fill_slot, kind="process", num_workers=2) as pool,
-    ):
+    slots = SlotPool((64, 64), np.int32, count=4, shared=True)
+    pool = WorkerPool(fill_slot, kind="process", num_workers=2)
+    with slots, pool:
         acquired = {}
         for _ in range(4):
             slot = slots.acquire(timeout_s=1)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _media import clip, media_dir, truncated_copy
 
+from edgeload._compat import zip_strict
 from edgeload.errors import ClosedError, SourceError
 from edgeload.video import StreamLoader, VideoSource
 
@@ -139,9 +140,7 @@ def test_resume_at_any_step_yields_the_tail_of_an_uninterrupted_run(media, unint
     with resumed:
         tail = list(resumed)
     assert [b.meta[0].seq for b in tail] == list(range(k, 30))
-    assert all(
-        np.array_equal(a, b.frames.numpy()) for a, b in zip(uninterrupted[k:], tail, strict=True)
-    )
+    assert all(np.array_equal(a, b.frames.numpy()) for a, b in zip_strict(uninterrupted[k:], tail))
 
 
 def test_load_state_dict_refuses_other_sources_and_late_calls(media):
@@ -165,7 +164,6 @@ def test_batch_memory_is_reused_and_steady_state_allocates_no_frames(media):
         tracemalloc.start()
         try:
             base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
             addresses = set()
             for _ in range(60):
                 batch = next(it)
