@@ -19,6 +19,7 @@ RANK = {
     "errors": 0,
     "_version": 0,
     "vocabulary": 0,
+    "_compat": 0,  # stand-ins for what Python 3.9/3.10 added
     "_deps": 1,
     "checkpoint": 1,
     "measure": 1,
@@ -33,7 +34,7 @@ RANK = {
     "": 9,  # edgeload/__init__.py re-exports everything
 }
 # platform reads the device; it may name nothing of the data path but errors and the words.
-PLATFORM_MAY_IMPORT = {"errors", "vocabulary"}
+PLATFORM_MAY_IMPORT = {"errors", "vocabulary", "_compat"}
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:
