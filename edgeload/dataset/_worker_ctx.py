@@ -12,12 +12,16 @@ generators, seeded the same way, in ``get_worker_info().rng``: ``random_generato
 ``RandomState``, the kind ``numpy.random.seed`` seeds).  A dataset that draws from these
 gets the same numbers in a thread worker as from the globals in a process worker.
 ``torch.utils.data.get_worker_info()`` is made to return the thread's info (see
-:func:`install_torch_hook`).
+:func:`install_torch_hook`).  Only recent torch has ``worker._RNG`` and the ``rng`` and
+``worker_method`` fields, none of the JetPack builds; on older torch the same
+generators travel in :class:`ThreadRNG`, and its ``WorkerInfo`` (which takes any keyword)
+carries them.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import random
 import threading
@@ -121,21 +125,58 @@ def enter_worker(
         return info
     gen = torch.Generator()
     gen.manual_seed(seed)
-    rng = worker._RNG(
+    # torch's own container where it has one (recent torch only), else ours, same fields
+    rng_type = getattr(worker, "_RNG", ThreadRNG)
+    rng = rng_type(
         random_generator=random.Random(seed),
         torch_generator=gen,
         numpy_generator=np.random.RandomState(np_seed),
     )
-    info = worker.WorkerInfo(
-        id=worker_id,
-        num_workers=num_workers,
-        seed=seed,
-        dataset=dataset,
-        rng=rng,
-        worker_method="thread",
-    )
+    fields = {"id": worker_id, "num_workers": num_workers, "seed": seed, "dataset": dataset}
+    try:
+        # older torch takes any keyword; one that takes only its own fields gets ours
+        info = worker.WorkerInfo(**fields, rng=rng, worker_method="thread")
+    except TypeError:
+        info = ThreadWorkerInfo(**fields, rng=rng)
     _local.info = info
     return info
+
+
+def thread_worker_fallbacks() -> list[tuple[str, str]]:
+    """What this torch lacks for thread workers, and what edgeload does instead."""
+    require_torch()
+    from torch.utils.data._utils import worker
+
+    found = []
+    if not hasattr(worker, "_RNG"):
+        found.append(
+            (
+                "torch has no per-thread worker generators (worker._RNG, only in recent torch)",
+                "thread workers get edgeload's ThreadRNG in get_worker_info().rng",
+            )
+        )
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadRNG:
+    """A thread worker's own generators, for a torch without ``worker._RNG``."""
+
+    random_generator: random.Random
+    torch_generator: Any
+    numpy_generator: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreadWorkerInfo:
+    """A thread worker's info, for a torch whose ``WorkerInfo`` refuses ``rng``."""
+
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+    rng: ThreadRNG
+    worker_method: str = "thread"
 
 
 def leave_worker() -> None:
