@@ -126,20 +126,21 @@ def enter_worker(
     gen = torch.Generator()
     gen.manual_seed(seed)
     # torch's own container where it has one (recent torch only), else ours, same fields
-    rng_type = getattr(worker, "_RNG", ThreadRNG)
-    rng = rng_type(
+    rng_type: Any = getattr(worker, "_RNG", ThreadRNG)
+    rng: Any = rng_type(
         random_generator=random.Random(seed),
         torch_generator=gen,
         numpy_generator=np.random.RandomState(np_seed),
     )
     fields = {"id": worker_id, "num_workers": num_workers, "seed": seed, "dataset": dataset}
+    make_info: Any = worker.WorkerInfo
     try:
         # older torch takes any keyword; one that takes only its own fields gets ours
-        info = worker.WorkerInfo(**fields, rng=rng, worker_method="thread")
+        thread_info = make_info(**fields, rng=rng, worker_method="thread")
     except TypeError:
-        info = ThreadWorkerInfo(**fields, rng=rng)
-    _local.info = info
-    return info
+        thread_info = ThreadWorkerInfo(**fields, rng=rng)
+    _local.info = thread_info
+    return thread_info
 
 
 def thread_worker_fallbacks() -> list[tuple[str, str]]:
@@ -175,7 +176,7 @@ class ThreadWorkerInfo:
     num_workers: int
     seed: int
     dataset: Any
-    rng: ThreadRNG
+    rng: Any
     worker_method: str = "thread"
 
 
