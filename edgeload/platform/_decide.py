@@ -1,0 +1,234 @@
+"""The plan's decisions, one function each, over a typed :class:`Platform`.
+
+:func:`edgeload.platform.plan.plan_for` calls them in data-path order (workload,
+workers, threads, prefetch, /dev/shm fit, memory mode, decode backend); each returns
+its value with the one-line reason the plan shows.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+from ..errors import PlatformError
+from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
+from .facts import Platform
+from .profile import Profile
+
+# FFmpeg's H.264 decoder gains little beyond 4 threads at edge resolutions.
+MAX_FFMPEG_THREADS = 4
+# Files read for throughput: two frame threads let FFmpeg decode the next frame while
+# the stream's thread resizes this one (4 x 720p on 2 cores: +8% over one thread, +3%
+# over FFmpeg's own choice, measured with scripts/bench.py video). Live streams keep
+# one: each extra frame thread holds back one more frame (33 ms at 30 fps).
+FILE_FFMPEG_THREADS = 2
+# A spawned/forkserver worker that imports torch costs about this much private memory.
+PROCESS_WORKER_BYTES = 200 << 20
+
+
+def usable_cores(platform: Platform) -> int:
+    for n in (platform.cpu.usable_count, platform.cpu.online_count):
+        if isinstance(n, int) and n >= 1:
+            return n
+    return 1
+
+
+def _worker_count(rule: int | str, usable: int) -> int:
+    if isinstance(rule, int):
+        return rule
+    return {"cores": usable, "cores-1": max(1, usable - 1), "half-cores": max(1, usable // 2)}[rule]
+
+
+def _free_threaded() -> bool:
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    return bool(is_gil_enabled is not None and not is_gil_enabled())
+
+
+def format_mib(n: int) -> str:
+    """Bytes as ``"12.3 MiB"``, for reasons and messages."""
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+class Workload(NamedTuple):
+    """What one loader moves: N video streams, dataset items of a size, or unknown."""
+
+    streams: int
+    """Video streams; 0 for a dataset or an unknown workload."""
+    batch: int
+    slot_bytes: int
+    """Bytes of one batch slot; 0 when the item size is unknown."""
+    description: str
+
+
+def describe_workload(
+    streams: int | None, frame: tuple[int, int] | None, item_bytes: int | None, batch: int | None
+) -> Workload:
+    if streams is not None and streams > 0:
+        width, height = frame or (640, 640)
+        batch = batch or streams
+        return Workload(
+            streams,
+            batch,
+            width * height * 3 * batch,
+            f"video: {streams} stream(s) -> {batch} x {width}x{height}x3 uint8",
+        )
+    if item_bytes:
+        batch = batch or 1
+        return Workload(
+            0, batch, item_bytes * batch, f"dataset: batches of {batch} x {item_bytes} bytes"
+        )
+    return Workload(0, batch or 1, 0, "unspecified")
+
+
+def _available_bytes(platform: Platform) -> int | None:
+    """Available RAM capped by the cgroup headroom; total RAM where availability is unknown."""
+    return platform.memory.usable_bytes or platform.memory.total_bytes
+
+
+def choose_workers(
+    work: Workload,
+    profile: Profile,
+    platform: Platform,
+    gil_bound: bool | None,
+    budget: int,
+    explicit: bool,
+) -> tuple[WorkerKind, int, str]:
+    if work.streams:
+        return (
+            "thread",
+            work.streams,
+            "one decode thread per stream: OpenCV decode releases the GIL",
+        )
+    count = _worker_count(profile.num_workers, budget)
+    kind, why = _worker_kind(profile, gil_bound, _available_bytes(platform), count, explicit)
+    return kind, count, why
+
+
+def choose_threads(
+    work: Workload, count: int, budget: int, live: bool | None
+) -> tuple[int, int, str]:
+    """FFmpeg threads per stream and torch threads for the consumer, and why.
+
+    Decode first, then the consumer (the model) gets what is left.
+    """
+    if not work.streams:
+        decode = min(budget, count)
+        why = f"{count} worker(s) x 1 thread each, so workers do not oversubscribe {budget} core(s)"
+        return 1, max(1, budget - decode), why
+    streams = work.streams
+    # Keep one core for the consumer (the model) when there are cores to spare.
+    ffmpeg = max(1, min(MAX_FFMPEG_THREADS, (budget - 1) // streams))
+    decode = min(budget, streams * ffmpeg)
+    why = f"{streams} stream(s) share {budget} core(s): {ffmpeg} FFmpeg thread(s) each"
+    if live is False and ffmpeg < FILE_FFMPEG_THREADS:
+        ffmpeg = FILE_FFMPEG_THREADS
+        why += (
+            f", raised to {ffmpeg} for files: decode overlaps the resize, and files "
+            "have no latency to lose"
+        )
+    elif streams >= budget:
+        why += "; one each, as every extra frame thread delays a live stream"
+    return ffmpeg, max(1, budget - decode), why
+
+
+def choose_prefetch(
+    work: Workload, count: int, profile: Profile, platform: Platform, prefetch_bytes: int | None
+) -> tuple[int, int, str]:
+    """The prefetch budget, the slot count it pays for, and why."""
+    if prefetch_bytes is not None:
+        budget_bytes, why = prefetch_bytes, "set by arguments"
+    else:
+        fraction_of = _available_bytes(platform) or (1 << 30)
+        raw = int(fraction_of * profile.prefetch_fraction)
+        budget_bytes = min(max(raw, profile.prefetch_min_bytes), profile.prefetch_max_bytes)
+        why = (
+            f"{profile.prefetch_fraction:.0%} of {format_mib(fraction_of)} available, "
+            f"within [{format_mib(profile.prefetch_min_bytes)}, {format_mib(profile.prefetch_max_bytes)}]"
+        )
+    slot_bytes = work.slot_bytes
+    slot_count = max(2, min(budget_bytes // slot_bytes, 2 * count + 2)) if slot_bytes else 2
+    if slot_bytes and slot_count * slot_bytes > budget_bytes:
+        why += f"; 2 slots is the minimum ({format_mib(2 * slot_bytes)})"
+    return budget_bytes, slot_count, why
+
+
+def fit_shm(
+    kind: WorkerKind, why: str, need_bytes: int, platform: Platform, explicit: bool
+) -> tuple[WorkerKind, str]:
+    """Process slots live in /dev/shm: a small one (docker's 64 MB) means threads."""
+    shm = platform.memory.shm_bytes
+    if kind == "process" and not explicit and shm and shm < need_bytes:
+        return "thread", (
+            f"process slots need {format_mib(need_bytes)} of /dev/shm, which has "
+            f"{format_mib(shm)}: threads instead (docker: raise --shm-size)"
+        )
+    return kind, why
+
+
+def choose_memory_mode(
+    profile: Profile, platform: Platform, explicit: bool, reasons: dict[str, str]
+) -> MemoryMode:
+    gpu = platform.gpu
+    # cuda_usable None: not checked (a fixture tree describes a board, not this process).
+    present, usable = gpu.present, gpu.cuda_usable
+    if not present:
+        natural, why = "host", "no CUDA GPU on this device"
+    elif gpu.integrated and gpu.io_coherent:
+        natural, why = "mapped", "I/O-coherent Jetson: the GPU reads mapped host memory, no copy"
+    elif gpu.integrated:
+        natural, why = "managed", "Jetson without I/O coherency: pinned memory is CPU-uncached"
+    else:
+        natural, why = "pinned", "discrete GPU: page-locked slots with async copies"
+    wanted = natural if profile.memory_mode == "auto" else profile.memory_mode
+    if wanted != natural:
+        why = f"set by {'arguments' if explicit else 'the profile'}"
+    if wanted in GPU_MEMORY_MODES and (not present or usable is False):
+        cause = "no CUDA GPU was found" if not present else "torch cannot use CUDA here"
+        if explicit:
+            raise PlatformError(
+                f"memory_mode={wanted!r} needs a usable CUDA device, but {cause}; "
+                "use memory_mode='host' (or 'auto')"
+            )
+        reasons["memory_mode"] = f"{wanted} wanted ({why}), but {cause}: falling back to host"
+        return "host"
+    reasons["memory_mode"] = why
+    return wanted  # type: ignore[return-value]
+
+
+def _worker_kind(
+    profile: Profile, gil_bound: bool | None, available: int | None, count: int, explicit: bool
+) -> tuple[WorkerKind, str]:
+    if profile.worker_kind != "auto":
+        return profile.worker_kind, f"set by {'arguments' if explicit else 'the profile'}"
+    if _free_threaded():
+        return "thread", "free-threaded Python: threads run in parallel"
+    if not gil_bound:
+        return "thread", "decode and array work release the GIL: threads share memory, no copies"
+    need = count * PROCESS_WORKER_BYTES
+    if available is not None and available < 2 * need:
+        return (
+            "thread",
+            f"GIL-bound work, but {count} process(es) need ~{format_mib(need)}: too little RAM",
+        )
+    return "process", "GIL-bound Python work: processes run it in parallel"
+
+
+def choose_decode_backend(
+    profile: Profile, platform: Platform, reasons: dict[str, str]
+) -> DecodeBackend:
+    opencv = platform.opencv
+    want = profile.decode_backend
+    if want == "auto":
+        want = "gstreamer" if platform.family in ("jetson", "raspberry_pi") else "ffmpeg"
+    if want == "ffmpeg":
+        reasons["decode"] = "FFmpeg software decode"
+        return "ffmpeg"
+    if not platform.live:
+        reasons["decode"] = "the board's OpenCV (JetPack / distro) has GStreamer hardware decode"
+        return "gstreamer"
+    if opencv is None or not opencv.gstreamer:
+        have = "OpenCV is not importable" if opencv is None else "this OpenCV has no GStreamer"
+        reasons["decode"] = f"GStreamer preferred for this board, but {have}: FFmpeg"
+        return "ffmpeg"
+    reasons["decode"] = "OpenCV has GStreamer: hardware decode elements where the board has them"
+    return "gstreamer"
