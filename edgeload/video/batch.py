@@ -36,9 +36,11 @@ class FrameMeta:
     """The source's own frame number; a gap from the stream's previous frame is a drop."""
     pts_ms: float
     captured_at: float
-    """``time.monotonic()`` when it was grabbed."""
+    """``time.monotonic()`` of its capture, as the stream's ``age_from`` in
+    ``stats()`` says: ``pts`` (its timestamps), ``schedule`` (realtime replay) or
+    ``grab`` (when edgeload grabbed it); see :mod:`edgeload.video.clock`."""
     age_ms: float
-    """Milliseconds from grab to delivery to the consumer."""
+    """Milliseconds from ``captured_at`` to delivery to the consumer."""
     dropped: int
     """Frames of this stream dropped (or skipped by ``fps``) since its previous one."""
 

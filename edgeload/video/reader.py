@@ -17,11 +17,14 @@ import numpy as np
 
 from .._deps import require_cv2
 from .capture import Target, open_capture
+from .clock import AgeOrigin, CaptureClock, LiveEdge
 from .source import FrameInfo, SourceState, VideoSource
 
 # A sink takes the decoded BGR frame (only valid during the call) and its info, and
 # returns False when the reader should stop.
 Sink = Callable[[np.ndarray, FrameInfo], bool]
+# Asked after each grab with (grabbed_at, frame interval): convert this frame?
+Wants = Callable[[float, float], bool]
 
 # A declared frame count this far beyond where reading stopped means truncation.
 _TRUNCATION_SLACK_FRAMES = 2
@@ -41,6 +44,8 @@ class StreamReader:
         start_frame: files: the frame index to start at (resume).
         gate: events to wait for before opening (local sources open before network
             ones), at most twice the open timeout in all.
+        wants: asked after each grab whether to convert the frame (``latest``
+            streams of a loader: see :mod:`edgeload.video.demand`); None: all.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class StreamReader:
         ffmpeg_threads: int = 1,
         start_frame: int = 0,
         gate: list[threading.Event] | None = None,
+        wants: Wants | None = None,
     ) -> None:
         self.source = source
         self.target = target
@@ -60,6 +66,7 @@ class StreamReader:
         self._sink = sink
         self._ffmpeg_threads = ffmpeg_threads
         self._gate = gate
+        self._wants = wants
         self._stop = threading.Event()
         self._reconnect = threading.Event()
         self.state = SourceState.CONNECTING
@@ -70,6 +77,12 @@ class StreamReader:
         self.frames = 0
         self.skipped = 0  # grabbed, not wanted by the fps limit
         self.late = 0  # realtime replay frames skipped because the reader was behind
+        self.backlog = 0  # frames a fresh connection handed over late, dropped
+        self.unconverted = 0  # decoded, never converted: a newer frame would ship instead
+        self.age_from: AgeOrigin = (
+            "pts" if source.network else "schedule" if source.realtime else "grab"
+        )
+        self._clock = CaptureClock()
         self.reconnects = 0
         self.attempts = 0
         self.last_error: str | None = None
@@ -192,6 +205,9 @@ class StreamReader:
         self._reconnect.clear()
         self.last_frame_at, self.streaming_since = None, time.monotonic()
         self.state = SourceState.STREAMING
+        interval = 1.0 / rate
+        edge = LiveEdge(interval, time.monotonic()) if src.kind != "file" else None
+        self._clock.reset()
         while not self._stop.is_set():
             if self._reconnect.is_set():
                 self.last_error = "no frame within the stall timeout: reconnecting"
@@ -207,6 +223,7 @@ class StreamReader:
                     self.position += 1
                     self.seq += 1
                     self.late += 1
+            grab_started = time.monotonic()
             if not cap.grab():
                 outcome = self._at_end(cap, declared)
                 if outcome == "loop":
@@ -214,9 +231,16 @@ class StreamReader:
                     continue
                 return outcome
             now = time.monotonic()
+            due = paced_from + self.position / rate
             seq, self.seq, self.position = self.seq, self.seq + 1, self.position + 1
+            if edge is not None and edge.is_backlog(grab_started, now):
+                self.backlog += 1
+                continue
             if src.fps is not None and not self._wanted(seq, now, rate):
                 self.skipped += 1
+                continue
+            if self._wants is not None and not self._wants(now, interval):
+                self.unconverted += 1
                 continue
             ok, img = cap.retrieve(image=self._buf) if self._buf is not None else cap.retrieve()
             if not ok or img is None:
@@ -224,12 +248,21 @@ class StreamReader:
                 continue
             if img is not self._buf:
                 self._buf = img  # first frame, or the resolution changed: a new buffer
-            info = FrameInfo(seq=seq, pts_ms=float(cap.get(cv2.CAP_PROP_POS_MSEC)), captured_at=now)
+            pts_ms = float(cap.get(cv2.CAP_PROP_POS_MSEC))
+            info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms, due))
             self.last_frame_at = now
             self.frames += 1
             if not self._sink(img, info):
                 return "stop"
         return "stop"
+
+    def _captured(self, grabbed_at: float, pts_ms: float, due: float) -> float:
+        """The frame's capture time, as ``age_from`` says (see :mod:`edgeload.video.clock`)."""
+        if self.age_from == "pts":
+            return self._clock.captured_at(grabbed_at, pts_ms)
+        if self.age_from == "schedule":
+            return due
+        return grabbed_at
 
     def _wanted(self, seq: int, now: float, rate: float) -> bool:
         """Whether the ``fps`` limit keeps frame ``seq`` (grabbed at ``now``)."""

@@ -54,7 +54,9 @@ class FrameInfo:
     pts_ms: float
     """Presentation time reported by the decoder, milliseconds."""
     captured_at: float
-    """``time.monotonic()`` when the frame was grabbed."""
+    """``time.monotonic()`` of the frame's capture, counted as the stream's
+    ``age_from`` says (:mod:`edgeload.video.clock`): from its timestamps, its
+    replay schedule, or when it was grabbed."""
 
 
 class VideoSource:

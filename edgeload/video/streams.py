@@ -28,6 +28,7 @@ from ..platform.profile import Profile
 from .assembler import MAX_OPEN, Assembler, Sealed
 from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
 from .capture import Target, build_target, hardware_decoder
+from .demand import Demand
 from .reader import StreamReader
 from .resize import Color, FrameWriter, Layout, ResizeMode
 from .source import Policy, VideoSource, as_source
@@ -167,6 +168,8 @@ class StreamLoader:
             name="StreamLoader prefetch",
         )
         self._depth = depth
+        # Only when every stream is ``latest`` can a frame be known not to ship.
+        self._demand = Demand(lambda: self._prefetch.stats().depth) if all_latest else None
         self._asm = Assembler(
             self._make_pool,
             batch=batch,
@@ -221,6 +224,7 @@ class StreamLoader:
             stream_id=stream.sid, sink=make_sink(self._asm, stream, lambda: self._state is State.OPEN),
             ffmpeg_threads=self.plan.threads.ffmpeg, start_frame=stream.last_seq + 1,
             gate=gate if src.network else None,
+            wants=self._demand.wants if self._demand is not None else None,
         )  # fmt: skip
         stream.reader.start()
 
@@ -258,6 +262,8 @@ class StreamLoader:
     def __next__(self) -> Batch:
         self.start()
         deadline = time.monotonic() + self._timeout_s
+        if self._demand is not None:
+            self._demand.asked()
         while True:
             raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             try:
@@ -278,7 +284,10 @@ class StreamLoader:
             raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             raise StopIteration
         self._batches += 1
-        return build_batch(item, self._streams, self._ages, self._delivered_at, self._device)  # type: ignore[arg-type]
+        batch = build_batch(item, self._streams, self._ages, self._delivered_at, self._device)  # type: ignore[arg-type]
+        if self._demand is not None:
+            self._demand.taken()
+        return batch
 
     def add(self, source: SourceLike) -> int:
         """Add a source while running; returns its stream id.

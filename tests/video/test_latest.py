@@ -1,0 +1,99 @@
+"""``latest`` means fresh: convert only what ships, and say where a frame's age counts from."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from _media import clip, media_dir
+
+from edgeload.video import StreamLoader, VideoSource
+from edgeload.video.clock import CaptureClock, LiveEdge
+from edgeload.video.demand import Demand
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    return clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0)
+
+
+def test_a_slow_consumer_gets_frames_converted_for_it_not_for_the_bin(replay):
+    # 30 fps cameras, a model taking 100 ms: two of every three frames never ship.
+    cams = [VideoSource(replay, realtime=True, loop=True) for _ in range(2)]
+    with StreamLoader(cams, size=(64, 64)) as loader:
+        for i, _ in enumerate(loader):
+            time.sleep(0.1)
+            if i == 15:
+                break
+        streams = loader.stats()["streams"]
+    for s in streams:
+        assert s["unconverted"] > s["delivered"]  # decoded, dropped before conversion
+        # Converting each frame would be ~3x the delivered; allow jitter on a busy box.
+        assert s["frames"] <= 1.5 * s["delivered"] + 3, s
+
+
+def test_every_streams_convert_every_frame(replay):
+    with StreamLoader([VideoSource(replay)], size=(64, 64), batch=4) as loader:
+        for _ in loader:
+            time.sleep(0.01)
+        s = loader.stats()["streams"][0]
+    assert s["unconverted"] == 0 and s["frames"] == s["delivered"] == 60
+
+
+def test_age_origins_are_named_and_a_replay_counts_from_its_schedule(replay):
+    cams = [VideoSource(replay, realtime=True, loop=True), VideoSource(replay, loop=True)]
+    metas = []
+    with StreamLoader(cams, size=(64, 64), policy="latest") as loader:
+        for i, batch in enumerate(loader):
+            metas += [m for m in batch.meta if m is not None and m.stream_id == 0]
+            time.sleep(0.05)
+            if i == 12:
+                break
+        stats = loader.stats()
+    assert [s["age_from"] for s in stats["streams"]] == ["schedule", "grab"]
+    assert stats["frame_age_from"] == ["grab", "schedule"]
+    # On the replay's schedule, capture times are exactly seq / fps apart, whatever
+    # the box's load did to when each frame was grabbed.
+    pairs = [(metas[i], metas[i + 1]) for i in range(len(metas) - 1)]
+    pairs = [(a, b) for a, b in pairs if 0 < b.seq - a.seq < 60]
+    assert pairs
+    for a, b in pairs:
+        assert b.captured_at - a.captured_at == pytest.approx((b.seq - a.seq) / 30, abs=1e-6)
+
+
+def test_capture_clock_anchors_on_the_least_delayed_frame():
+    clock = CaptureClock()
+    # Frame 0 sat 300 ms in a buffer; frame 1 arrived 33 ms after its capture time.
+    assert clock.captured_at(10.300, 0.0) == pytest.approx(10.300)
+    assert clock.captured_at(10.333 - 0.267, 33.0) == pytest.approx(10.066)
+    assert clock.captured_at(10.400, 66.0) == pytest.approx(10.033 + 0.066, abs=1e-3)
+    clock.captured_at(11.0, 5.0)  # timestamps went back: a new anchor
+    assert clock.captured_at(11.1, 105.0) == pytest.approx(11.1)
+    frozen = CaptureClock()
+    frozen.captured_at(1.0, 0.0)
+    assert frozen.captured_at(2.0, 0.0) == 2.0  # no timestamps: counts from the grab
+
+
+def test_live_edge_drops_the_burst_then_stays_live():
+    edge = LiveEdge(interval_s=1 / 30, start=0.0)
+    assert edge.is_backlog(0.100, 0.102)  # came back at once: buffered
+    assert edge.is_backlog(0.102, 0.104)
+    assert not edge.is_backlog(0.104, 0.130)  # waited for the network: live
+    assert not edge.is_backlog(0.130, 0.131)  # and live from then on
+    stuck = LiveEdge(interval_s=1 / 30, start=0.0)
+    assert not stuck.is_backlog(3.5, 3.501)  # never waits: gives up after MAX_CATCH_UP_S
+
+
+def test_demand_opens_one_frame_interval_before_the_consumer_is_due():
+    pending = [0]
+    demand = Demand(lambda: pending[0])
+    assert demand.wants(0.0, 1 / 30)  # no cadence yet: convert
+    demand.taken(1.0)
+    demand.asked(1.08)
+    demand.taken(1.10)  # the model takes 80 ms
+    assert not demand.wants(1.11, 1 / 30)
+    assert demand.wants(1.15, 1 / 30)  # due at 1.18: the next frame may be the one
+    pending[0] = 1
+    assert not demand.wants(1.17, 1 / 30)  # a batch already waits for the consumer
+    demand.asked(1.18)
+    assert demand.wants(1.181, 1 / 30)  # the consumer waits: everything ships
