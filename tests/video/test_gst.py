@@ -84,6 +84,6 @@ def test_rtsp_through_rtspsrc_and_the_decoder_chain(tmp_path_factory):
             stats = loader.stats()["streams"][0]
     finally:
         server.stop()
-    assert stats["pipeline"].startswith(f'rtspsrc location="{url}" latency=0 ! rtph264depay')
+    assert stats["pipeline"].startswith(f'rtspsrc location="{url}" latency=0 protocols=tcp ! ')
     assert "avdec_h264" in stats["pipeline"] and stats["pipeline"].endswith("sync=false")
     assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)
