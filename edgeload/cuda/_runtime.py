@@ -13,6 +13,8 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import re
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -157,11 +159,11 @@ class CudaRuntime:
         )
         return _address(ptr)
 
-    def stream_attach(self, stream: int, ptr: int, *, to_host: bool) -> None:
-        """Attach managed memory to one stream (GPU use) or back to the host (CPU writes)."""
-        flags = MEM_ATTACH_HOST if to_host else MEM_ATTACH_SINGLE
-        code = self._lib.cudaStreamAttachMemAsync(stream, ptr, 0, flags)
-        self._check(code, "cudaStreamAttachMemAsync")
+    def stream_attach(self, stream: int, ptr: int, *, mode: str) -> None:
+        """Attach managed memory: ``"single"`` (one stream's use), ``"global"`` or ``"host"``."""
+        flags = {"single": MEM_ATTACH_SINGLE, "global": MEM_ATTACH_GLOBAL, "host": MEM_ATTACH_HOST}
+        code = self._lib.cudaStreamAttachMemAsync(stream, ptr, 0, flags[mode])
+        self._check(code, f"cudaStreamAttachMemAsync({mode})")
 
     def free_host(self, ptr: int) -> None:
         """Free memory from host_alloc()."""
@@ -202,25 +204,39 @@ def _torch_dirs() -> list[str]:
     return [str(torch_dir / "lib"), str(torch_dir.parent / "nvidia" / "cuda_runtime" / "lib")]
 
 
+def _torch_cuda_version() -> str | None:
+    torch = sys.modules.get("torch")
+    version = getattr(getattr(torch, "version", None), "cuda", None)
+    return str(version) if version else None
+
+
+def _soname_major(path: str) -> int | None:
+    match = re.search(r"libcudart[^/]*\.so\.(\d+)", path)
+    return int(match.group(1)) if match else None
+
+
 def cudart_candidates(
     *,
     search_dirs: Sequence[str] | None = None,
     maps_path: str = "/proc/self/maps",
+    torch_cuda: str | None = None,
 ) -> list[str]:
     """The libcudart paths to try, best first.
 
-    First ``EDGELOAD_CUDART``, then any libcudart already mapped into this process (the one
-    torch loaded), then files in ``search_dirs`` (default: torch's lib dirs, NVIDIA's runtime
-    wheel, /usr/local/cuda), then the linker's own search.
+    First ``EDGELOAD_CUDART``, then any libcudart already mapped into this process, then
+    files in ``search_dirs`` (default: torch's lib dirs, NVIDIA's runtime wheel,
+    /usr/local/cuda), then the linker's own search. Among those, libraries whose major
+    version is torch's CUDA come first: with a statically linked torch, the first mapped
+    libcudart may belong to another library (OpenCV, CuPy) and another CUDA release.
 
     Args:
         search_dirs: directories to look in instead of the default ones.
         maps_path: the process memory map to read (tests point it at a fixture).
+        torch_cuda: torch's CUDA version (``"12.4"``); default ``torch.version.cuda``
+            when torch is imported.
     """
     found: list[str] = []
     override = os.environ.get("EDGELOAD_CUDART")
-    if override:
-        found.append(override)
     found += _mapped_cudarts(Path(maps_path))
     dirs: Iterable[str] = search_dirs if search_dirs is not None else _torch_dirs()
     if search_dirs is None:
@@ -231,7 +247,12 @@ def cudart_candidates(
         name = ctypes.util.find_library("cudart")
         if name:
             found.append(name)
-    return list(dict.fromkeys(found))
+    version = torch_cuda if torch_cuda is not None else _torch_cuda_version()
+    if version:
+        major = int(version.split(".")[0])
+        # A stable sort: same-major libraries first, unknown majors next, others last.
+        found.sort(key=lambda p: {major: 0, None: 1}.get(_soname_major(p), 2))
+    return list(dict.fromkeys(([override] if override else []) + found))
 
 
 _lock = threading.Lock()

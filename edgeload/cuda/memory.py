@@ -1,22 +1,23 @@
 """Slot memory for the GPU modes (pinned, mapped, managed) and the fences that guard it.
 
-:func:`allocate` returns a flat uint8 numpy array whose ``base`` owns one CUDA
-allocation, so the slot pool slices, leases and recycles it like host memory. The
-allocation is freed only when the last array or tensor viewing it is gone *and* the
-GPU work recorded against it has finished.
+:func:`allocate` returns a flat uint8 numpy array whose ``base`` owns one allocation
+(:class:`~edgeload.cuda._owner.SlotMemory`), so the slot pool slices, leases and
+recycles it like host memory. The allocation is freed only when the last array or
+tensor viewing it is gone *and* the GPU work recorded against it has finished.
 
 The lease rule gains a GPU half: a slot is not rewritten while GPU work that reads it
-is still queued. Whoever queues such work records a fence (a CUDA event) on the
-slot's bytes with :func:`record_gpu_use`; the pool asks :func:`gpu_busy` (or waits
-with :func:`wait_gpu_idle`) before it lets a worker write the slot again. A tensor from
-:func:`as_cuda_tensor` records its fence by itself when it dies, on the stream current
-in the thread that drops it, which is where the model used it.
+is still queued. Whoever queues such work records a fence (an event) on the slot's
+bytes with :func:`record_gpu_use`; the slot pool records one on the consumer's stream
+when the consumer drops a batch, and asks :func:`gpu_busy` before it hands a slot to
+a producer again. A tensor from :func:`as_cuda_tensor` holds its slot's lease while
+it lives and fences the bytes when it dies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -24,18 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import zip_strict
 from .._deps import require_torch
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from . import _runtime as _cuda
 from ._fences import POLL_S, Fences, hold_until_done
-from .status import check_memory_mode, cuda_device
+from ._owner import SlotMemory, byte_range, find_owner
+from .status import cuda_device
 
 __all__ = [
     "CudaBacking",
     "allocate",
     "as_cuda_tensor",
+    "cuda_allocation",
     "gpu_allocator",
     "gpu_busy",
     "memory_mode_of",
@@ -55,53 +57,50 @@ def _release(free: Any, ptr: int, fences: Fences) -> None:
         _log.debug("edgeload: freeing CUDA memory at %#x failed: %s", ptr, exc)
 
 
-class _CudaMemory:
-    """One CUDA allocation, exposed to numpy through ``__array_interface__``."""
-
-    def __init__(self, mode: MemoryMode, nbytes: int) -> None:
-        runtime = _cuda.load_cudart()
-        self.mode = mode
-        self.nbytes = nbytes
-        self.fences = Fences()
+def cuda_allocation(engine: Any, mode: str, nbytes: int) -> SlotMemory:
+    """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate)."""
+    runtime = _cuda.load_cudart()
+    if mode == "managed":
         # On Jetsons the CPU may not touch globally attached managed memory while any
-        # kernel runs, so there it stays host-attached and streams claim it per use.
-        self.attach_per_stream = False
-        if mode == "managed":
-            self.attach_per_stream = not cuda_device().concurrent_managed_access
-            self.host_ptr = runtime.malloc_managed(nbytes, attach_global=not self.attach_per_stream)
-            self.device_ptr = self.host_ptr
-            free = runtime.free
-        else:
-            self.host_ptr = runtime.host_alloc(nbytes, mapped=mode == "mapped")
-            free = runtime.free_host
-            try:
-                self.device_ptr = (
-                    runtime.host_device_pointer(self.host_ptr) if mode == "mapped" else 0
-                )
-            except PlatformError:
-                runtime.free_host(self.host_ptr)
-                raise
-        self._finalizer = weakref.finalize(self, _release, free, self.host_ptr, self.fences)
-
-    @property
-    def __array_interface__(self) -> dict[str, Any]:
-        return {
-            "shape": (self.nbytes,),
-            "typestr": "|u1",
-            "data": (self.host_ptr, False),
-            "version": 3,
-        }
+        # kernel runs, so there it stays host-attached and is attached per use.
+        per_stream = not cuda_device().concurrent_managed_access
+        ptr = runtime.malloc_managed(nbytes, attach_global=not per_stream)
+        owner = SlotMemory(
+            engine, mode, nbytes, host_ptr=ptr, device_ptr=ptr, attach_per_stream=per_stream
+        )
+        weakref.finalize(owner, _release, runtime.free, ptr, owner.fences)
+        return owner
+    ptr = runtime.host_alloc(nbytes, mapped=mode == "mapped")
+    try:
+        device_ptr = runtime.host_device_pointer(ptr) if mode == "mapped" else 0
+    except PlatformError:
+        runtime.free_host(ptr)
+        raise
+    owner = SlotMemory(engine, mode, nbytes, host_ptr=ptr, device_ptr=device_ptr)
+    weakref.finalize(owner, _release, runtime.free_host, ptr, owner.fences)
+    return owner
 
 
-def allocate(mode: MemoryMode, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+def _engine(engine: Any) -> Any:
+    if engine is not None:
+        return engine
+    from .engine import default_engine
+
+    return default_engine()
+
+
+def allocate(
+    mode: MemoryMode, nbytes: int, *, engine: Any = None
+) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """Allocate ``nbytes`` of slot memory in a GPU mode, as a flat uint8 array.
 
-    The array (and any view of it) keeps the CUDA allocation alive; the memory is
+    The array (and any view of it) keeps the allocation alive; the memory is
     page-aligned.
 
     Args:
         mode: ``"pinned"``, ``"mapped"`` or ``"managed"``.
         nbytes: size in bytes, > 0.
+        engine: the GPU engine (default: CUDA through torch).
 
     Raises:
         ArgumentError: ``mode`` is not a GPU memory mode or ``nbytes`` is not positive.
@@ -114,8 +113,9 @@ def allocate(mode: MemoryMode, nbytes: int) -> np.ndarray[Any, np.dtype[np.uint8
         )
     if not isinstance(nbytes, int) or nbytes <= 0:
         raise ArgumentError(f"nbytes must be a positive int, got {nbytes!r}")
-    check_memory_mode(mode)
-    return np.asarray(_CudaMemory(mode, nbytes))
+    chosen = _engine(engine)
+    chosen.check_memory_mode(mode)
+    return np.asarray(chosen.allocate(mode, nbytes))
 
 
 class CudaBacking:
@@ -124,6 +124,7 @@ class CudaBacking:
     Args:
         mode: ``"pinned"``, ``"mapped"`` or ``"managed"``.
         nbytes: size in bytes.
+        engine: the GPU engine (default: CUDA).
 
     Raises:
         ArgumentError, PlatformError: as allocate().
@@ -132,8 +133,8 @@ class CudaBacking:
     name: str | None = None
     shm_dir = ""
 
-    def __init__(self, mode: MemoryMode, nbytes: int) -> None:
-        self._array: np.ndarray[Any, Any] | None = allocate(mode, nbytes)
+    def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Any = None) -> None:
+        self._array: np.ndarray[Any, Any] | None = allocate(mode, nbytes, engine=engine)
         self.buffer = self._array.data
 
     def close(self) -> None:
@@ -143,127 +144,133 @@ class CudaBacking:
         self._array = None
 
 
-def gpu_allocator(mode: MemoryMode) -> Callable[[int, bool, str], CudaBacking]:
+def gpu_allocator(mode: MemoryMode, engine: Any = None) -> Callable[[int, bool, str], CudaBacking]:
     """The slot-pool allocator for a GPU memory mode (``register_memory_mode``'s second argument).
 
     Args:
         mode: ``"pinned"``, ``"mapped"`` or ``"managed"``.
+        engine: the GPU engine (default: CUDA).
     """
 
     def allocate_slots(nbytes: int, shared: bool, shm_dir: str) -> CudaBacking:
         if shared:
-            # CUDA host allocations live in this process only; /dev/shm segments could be
+            # GPU host allocations live in this process only; /dev/shm segments could be
             # registered with cudaHostRegister, but that is not built yet.
             raise PlatformError(
                 f"memory_mode={mode!r} slots cannot be shared with worker processes "
                 f"(shm_dir={shm_dir!r}); use thread workers (worker_kind='thread', which "
                 "suits decoding) or memory_mode='host'"
             )
-        return CudaBacking(mode, nbytes)
+        return CudaBacking(mode, nbytes, engine=engine)
 
     return allocate_slots
 
 
-def _owner(array: np.ndarray[Any, Any]) -> _CudaMemory | None:
-    # Pool views are np.frombuffer() over a memoryview of the flat array: follow both.
-    base: object = array
-    while isinstance(base, (np.ndarray, memoryview)):
-        base = base.base if isinstance(base, np.ndarray) else base.obj
-    return base if isinstance(base, _CudaMemory) else None
+def memory_mode_of(view: Any) -> MemoryMode:
+    """The memory mode of the slot memory ``view`` lies in (``"host"`` for anything else).
+
+    ``view`` may be a numpy array or a CPU torch tensor; the allocation is found by
+    address, so views of views (a batch tensor over a pool view) are found too.
+    """
+    owner = find_owner(view)
+    return "host" if owner is None else owner.mode  # type: ignore[return-value]
 
 
-def memory_mode_of(array: np.ndarray[Any, Any]) -> MemoryMode:
-    """The memory mode of the slot memory ``array`` views (``"host"`` for plain numpy)."""
-    owner = _owner(array)
-    return "host" if owner is None else owner.mode
+def record_gpu_use(view: Any, *, stream: Any = None) -> bool:
+    """Fence ``view``'s bytes: they count as in use until ``stream``'s queued work is done.
 
-
-def _byte_range(array: np.ndarray[Any, Any], owner: _CudaMemory) -> tuple[int, int]:
-    # numpy's byte_bounds moved between 1.x and 2.x; the arithmetic is short.
-    start = int(array.__array_interface__["data"][0]) - owner.host_ptr
-    if array.size == 0:
-        return start, start
-    low = sum((n - 1) * s for n, s in zip_strict(array.shape, array.strides) if s < 0)
-    high = sum((n - 1) * s for n, s in zip_strict(array.shape, array.strides) if s > 0)
-    return start + low, start + high + array.itemsize
-
-
-def record_gpu_use(array: np.ndarray[Any, Any], *, stream: Any = None) -> bool:
-    """Fence ``array``'s bytes: they count as in use until ``stream``'s queued work is done.
-
-    Until then ``array`` itself is kept alive, so a slot pool that recycles a slot when
+    Until then ``view`` itself is kept alive, so a slot pool that recycles a slot when
     its last view goes cannot hand the slot to a producer early.
 
     Args:
-        array: a view of GPU slot memory (from allocate()).
-        stream: a ``torch.cuda.Stream``; default the current stream.
+        view: a view of GPU slot memory (from allocate()), numpy or torch.
+        stream: a stream of the memory's engine; default its current stream.
 
     Returns:
-        False, doing nothing, when ``array`` is host memory.
+        False, doing nothing, when ``view`` is host memory.
     """
-    owner = _owner(array)
+    owner = find_owner(view)
     if owner is None:
         return False
-    torch = require_torch()
-    event = torch.cuda.Event()
-    event.record(stream if stream is not None else torch.cuda.current_stream())
-    owner.fences.add(*_byte_range(array, owner), event)
-    hold_until_done(event, array)
+    engine = owner.engine
+    event = engine.new_event()
+    event.record(stream if stream is not None else engine.current_stream())
+    owner.fences.add(*byte_range(view, owner), event)
+    hold_until_done(event, view)
     return True
 
 
-def gpu_busy(array: np.ndarray[Any, Any]) -> bool:
-    """Whether GPU work fenced on any of ``array``'s bytes is still queued or running."""
-    owner = _owner(array)
-    return owner is not None and owner.fences.busy(*_byte_range(array, owner))
+def gpu_busy(view: Any) -> bool:
+    """Whether GPU work fenced on any of ``view``'s bytes is still queued or running."""
+    owner = find_owner(view)
+    return owner is not None and owner.fences.busy(*byte_range(view, owner))
 
 
-def wait_gpu_idle(array: np.ndarray[Any, Any], *, timeout_s: float) -> bool:
-    """Wait until gpu_busy(array) is false; False if ``timeout_s`` passed first."""
+def wait_gpu_idle(view: Any, *, timeout_s: float) -> bool:
+    """Wait until gpu_busy(view) is false; False if ``timeout_s`` passed first."""
     deadline = time.monotonic() + timeout_s
-    while gpu_busy(array):
+    while gpu_busy(view):
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)
     return True
 
 
-class _CudaView:
+def cuda_array_interface(array: np.ndarray[Any, Any], owner: SlotMemory) -> dict[str, Any]:
+    """``__cuda_array_interface__`` (version 3) for a host view of mapped or managed memory."""
+    offset = int(array.__array_interface__["data"][0]) - owner.host_ptr
+    return {
+        "shape": array.shape,
+        "typestr": array.dtype.str,
+        "strides": None if array.flags.c_contiguous else array.strides,
+        # torch refuses read_only=True (it has no read-only tensors); the view is
+        # handed out writable, as torch.from_numpy hands out a writable CPU tensor.
+        "data": (owner.device_ptr + offset, False),
+        "version": 3,
+        # The CPU finished writing before the view was made: nothing to wait for.
+        "stream": None,
+    }
+
+
+def _attach_mode(engine: Any, stream: Any) -> str:
+    # cudaMemAttachSingle is invalid on the legacy NULL stream (torch's default), so there
+    # the slot is attached globally for the use; other slots stay host-attached, which
+    # keeps the decoder free to write them while kernels run.
+    return "global" if engine.is_legacy_stream(stream) else "single"
+
+
+class _DeviceView:
     """A CUDA array interface over a host view of mapped or managed memory.
 
     It holds ``array`` (so the slot's lease lasts as long as the tensor) and, when the
-    tensor dies, fences the bytes on the stream the model used.
+    tensor dies, fences the bytes on the stream the view was made on (the consumer's)
+    and on the stream of the thread dropping it, if that is another.
     """
 
-    def __init__(self, array: np.ndarray[Any, Any], owner: _CudaMemory, stream: Any) -> None:
+    def __init__(self, array: np.ndarray[Any, Any], owner: SlotMemory, stream: Any) -> None:
         self._array = array
         self._owner = owner
         self._stream = stream
-        offset = int(array.__array_interface__["data"][0]) - owner.host_ptr
-        self.__cuda_array_interface__ = {
-            "shape": array.shape,
-            "typestr": array.dtype.str,
-            "strides": array.strides if not array.flags.c_contiguous else None,
-            "data": (owner.device_ptr + offset, array.flags.writeable is False),
-            "version": 3,
-            # The CPU finished writing before the view was made: nothing to wait for.
-            "stream": None,
-        }
+        self.__cuda_array_interface__ = cuda_array_interface(array, owner)
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # nothing reuses the slot now, and events may not be made
+            return
         try:
-            torch = require_torch()
-            stream = torch.cuda.current_stream()
+            engine, stream = self._owner.engine, self._stream
+            dropping = engine.current_stream()
+            if dropping is not stream and dropping != stream:
+                done_there = engine.new_event()
+                done_there.record(dropping)
+                stream.wait_event(done_there)
             if self._owner.attach_per_stream:
-                runtime = _cuda.load_cudart()
-                runtime.stream_attach(self._stream.cuda_stream, self._owner.host_ptr, to_host=True)
-                stream = self._stream
+                engine.attach(self._owner, stream, mode="host")
             record_gpu_use(self._array, stream=stream)
         except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
             _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
 
 
-def as_cuda_tensor(array: np.ndarray[Any, Any], *, device: Any = None) -> Any:
+def as_cuda_tensor(array: Any, *, device: Any = None) -> Any:
     """View mapped or managed slot memory as a CUDA tensor, with no copy.
 
     The GPU reads the very bytes the CPU wrote into ``array``. The tensor keeps
@@ -271,14 +278,15 @@ def as_cuda_tensor(array: np.ndarray[Any, Any], *, device: Any = None) -> Any:
     is fenced (see record_gpu_use()).
 
     Args:
-        array: a view of memory from allocate("mapped") or allocate("managed").
-        device: the torch CUDA device; default the current one.
+        array: a view (numpy, or CPU torch tensor) of memory from allocate("mapped") or
+            allocate("managed").
+        device: the CUDA device; default the current one.
 
     Raises:
         ArgumentError: ``array`` is host or pinned memory, which the GPU cannot read
             in place; copy it with edgeload.cuda.transfer.DeviceCopier instead.
     """
-    owner = _owner(array)
+    owner = find_owner(array)
     if owner is None or owner.mode == "pinned":
         mode = "host" if owner is None else owner.mode
         raise ArgumentError(
@@ -286,12 +294,62 @@ def as_cuda_tensor(array: np.ndarray[Any, Any], *, device: Any = None) -> Any:
             "copy it to the GPU with edgeload.cuda.transfer.DeviceCopier (or use "
             "memory_mode='mapped')"
         )
-    torch = require_torch()
-    stream = torch.cuda.current_stream()
+    host = array if isinstance(array, np.ndarray) else array.numpy()
+    engine = owner.engine
+    stream = engine.current_stream()
     if owner.attach_per_stream:
-        _cuda.load_cudart().stream_attach(stream.cuda_stream, owner.host_ptr, to_host=False)
-    # An index-less "cuda" would not match the view's cuda:N and could make as_tensor copy.
-    target = (
-        torch.device(device) if device is not None else torch.device("cuda", stream.device_index)
-    )
-    return torch.as_tensor(_CudaView(array, owner, stream), device=target)
+        engine.attach(owner, stream, mode=_attach_mode(engine, stream))
+    if device is None and engine.name == "cuda":
+        # An index-less "cuda" would not match the view's cuda:N and could make as_tensor copy.
+        device = require_torch().device("cuda", stream.device_index)
+    return engine.view(_DeviceView(host, owner, stream), device)
+
+
+class SlotGuard:
+    """The slot pool's GPU half of the lease rule, for pools in a GPU memory mode.
+
+    When the consumer drops a batch, the pool calls :meth:`fence` with the stream that
+    was current in the consumer's thread when the batch was handed out, and the pool
+    skips a free slot while :meth:`busy` says the GPU still reads it. So a
+    ``batch.cuda(non_blocking=True)`` queued behind the model's kernels finishes
+    before the slot is written again.
+
+    Args:
+        engine: the GPU engine of the pool's memory.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def consumer_stream(self) -> Any:
+        """The stream current in the calling (consumer's) thread."""
+        return self.engine.current_stream()
+
+    def fence(self, view: np.ndarray[Any, Any], stream: Any) -> bool:
+        """Fence ``view``'s bytes on ``stream`` and on the calling thread's stream.
+
+        Returns False when no fence could be made (interpreter exit, a broken
+        runtime): the pool then retires the slot rather than risk rewriting it.
+        """
+        if sys.is_finalizing():
+            return False
+        owner = find_owner(view)
+        if owner is None:
+            return True
+        try:
+            streams = [self.engine.current_stream()]
+            if stream is not None and all(stream is not s and stream != s for s in streams):
+                streams.append(stream)
+            span = byte_range(view, owner)
+            for each in streams:
+                event = self.engine.new_event()
+                event.record(each)
+                owner.fences.add(*span, event)
+        except Exception as exc:
+            _log.warning("edgeload: could not fence a released slot; retiring it: %s", exc)
+            return False
+        return True
+
+    def busy(self, view: np.ndarray[Any, Any]) -> bool:
+        """Whether GPU work fenced on ``view``'s bytes is still queued."""
+        return gpu_busy(view)

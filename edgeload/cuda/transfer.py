@@ -17,8 +17,8 @@ import numpy as np
 
 from .._deps import require_torch
 from ..errors import PlatformError
+from .engine import default_engine
 from .memory import as_cuda_tensor, memory_mode_of, record_gpu_use
-from .status import cuda_status
 
 __all__ = ["DeviceCopier", "Transfer"]
 
@@ -28,15 +28,17 @@ class Transfer:
 
     Args:
         tensor: the CUDA tensor being filled (or the zero-copy view).
-        event: the CUDA event recorded after the copy on the side stream; None when
+        event: the event recorded after the copy on the side stream; None when
             nothing was copied (a mapped or managed slot viewed in place).
         nbytes: bytes copied.
+        engine: the engine that made it (default: CUDA).
     """
 
-    def __init__(self, tensor: Any, *, event: Any, nbytes: int) -> None:
+    def __init__(self, tensor: Any, *, event: Any, nbytes: int, engine: Any = None) -> None:
         self._tensor = tensor
         self.event = event
         self.nbytes = nbytes
+        self._engine = engine if engine is not None else default_engine()
 
     def done(self) -> bool:
         """Whether the copy has finished on the GPU (never blocks)."""
@@ -50,15 +52,14 @@ class Transfer:
         """
         if self.event is None:
             return self._tensor
-        torch = require_torch()
-        consumer = stream if stream is not None else torch.cuda.current_stream()
+        consumer = stream if stream is not None else self._engine.current_stream()
         consumer.wait_event(self.event)
-        self._tensor.record_stream(consumer)
+        self._engine.record_stream(self._tensor, consumer)
         return self._tensor
 
 
 class DeviceCopier:
-    """Copies slot arrays to a CUDA device on a side stream, without blocking the CPU.
+    """Copies slot views to a CUDA device on a side stream, without blocking the CPU.
 
     to_device() is the one call a loader needs: it picks the zero-copy view or the
     asynchronous copy from the slot's memory mode.
@@ -66,25 +67,25 @@ class DeviceCopier:
     Thread-safe: producers may call copy() from any thread.
 
     Args:
-        device: the torch CUDA device; default the current one.
+        device: the CUDA device; default the current one.
+        engine: the GPU engine (default: CUDA through torch; a
+            ``HostEngine`` runs the same path on the CPU).
 
     Raises:
-        PlatformError: CUDA is not usable here (the message says why).
+        PlatformError: CUDA is not usable here (the message says why), or ``device``
+            does not exist.
     """
 
-    def __init__(self, *, device: Any = None) -> None:
-        status = cuda_status()
+    def __init__(self, *, device: Any = None, engine: Any = None) -> None:
+        self.engine = engine if engine is not None else default_engine()
+        status = self.engine.status()
         if not status.usable:
             raise PlatformError(
                 f"DeviceCopier needs a CUDA device; {status.reason}. "
-                "Keep batches on the CPU (device='cpu', memory_mode='host')."
+                "Keep batches on the CPU (device=None, memory_mode='host')."
             )
-        torch = require_torch()
-        chosen = torch.device(device if device is not None else "cuda")
-        if chosen.index is None:  # "cuda" means the current device; name it
-            chosen = torch.device("cuda", torch.cuda.current_device())
-        self.device = chosen
-        self._stream = torch.cuda.Stream(device=self.device)
+        self.device = self.engine.check_device(device if device is not None else "cuda")
+        self._stream = self.engine.new_stream(self.device)
         self._lock = threading.Lock()
         self.copies = 0
         self.bytes_copied = 0
@@ -94,38 +95,34 @@ class DeviceCopier:
         """The side stream the copies run on."""
         return self._stream
 
-    def copy(self, array: np.ndarray[Any, Any]) -> Transfer:
-        """Queue a copy of ``array`` to the GPU and return at once.
+    def copy(self, view: Any) -> Transfer:
+        """Queue a copy of ``view`` (numpy or CPU tensor) to the GPU and return at once.
 
-        The array's slot stays fenced until the copy has run (see
-        edgeload.cuda.memory.gpu_busy). Page-locked (``pinned``) memory gives a truly
-        asynchronous copy; pageable host memory works but the CPU waits for it.
-
-        Args:
-            array: the batch as written by the workers, any shape and dtype.
+        The view is held, and its slot fenced, until the copy has run (see
+        edgeload.cuda.memory.gpu_busy). Page-locked memory gives a truly asynchronous
+        copy; pageable host memory works but the CPU waits while it is staged.
         """
         torch = require_torch()
-        source = torch.from_numpy(array)
-        with torch.cuda.stream(self._stream):
-            target = source.to(self.device, non_blocking=memory_mode_of(array) != "host")
-            event = torch.cuda.Event()
+        source = torch.from_numpy(view) if isinstance(view, np.ndarray) else view
+        engine = self.engine
+        with engine.use_stream(self._stream):
+            target = engine.to_device(source, self.device, non_blocking=True)
+            event = engine.new_event()
             event.record(self._stream)
-        record_gpu_use(array, stream=self._stream)
+        record_gpu_use(view, stream=self._stream)
         with self._lock:
             self.copies += 1
-            self.bytes_copied += array.nbytes
-        return Transfer(target, event=event, nbytes=array.nbytes)
+            self.bytes_copied += int(source.nbytes)
+        return Transfer(target, event=event, nbytes=int(source.nbytes), engine=engine)
 
-    def to_device(self, array: np.ndarray[Any, Any]) -> Transfer:
-        """Bring a slot array to the GPU the way its memory mode allows.
+    def to_device(self, view: Any) -> Transfer:
+        """Bring a slot view to the GPU the way its memory mode allows.
 
         ``mapped`` and ``managed`` memory is viewed in place (zero copies, see
         edgeload.cuda.memory.as_cuda_tensor); ``pinned`` memory is copied asynchronously
-        (copy()); ``host`` memory is copied synchronously.
-
-        Args:
-            array: a slot view, typically from ``SlotPool.lease``.
+        (copy()); ``host`` memory is copied while the CPU waits.
         """
-        if memory_mode_of(array) in ("mapped", "managed"):
-            return Transfer(as_cuda_tensor(array, device=self.device), event=None, nbytes=0)
-        return self.copy(array)
+        if memory_mode_of(view) in ("mapped", "managed"):
+            tensor = as_cuda_tensor(view, device=self.device)
+            return Transfer(tensor, event=None, nbytes=0, engine=self.engine)
+        return self.copy(view)

@@ -51,8 +51,9 @@ def resolve_plan(loader: DataLoader) -> LoaderChoice:
     if pin == "auto":
         pin = plan.memory_mode == "pinned"
     elif pin:
-        torch = __import__("torch")
-        if not torch.cuda.is_available():
+        from ._device import gpu_usable
+
+        if not gpu_usable(getattr(loader, "engine", None)):
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
     # One slot per task in flight (see DataLoader._max_in_flight), one for the batch the

@@ -24,13 +24,21 @@ class LoaderSlots:
     """Owns the :class:`~edgeload.pipeline.slots.SlotPool` of one loader (or none)."""
 
     def __init__(
-        self, *, enabled: bool, count: int, budget_bytes: int | None, shared: bool, mode: str
+        self,
+        *,
+        enabled: bool,
+        count: int,
+        budget_bytes: int | None,
+        shared: bool,
+        mode: str,
+        engine: Any = None,
     ) -> None:
         self.enabled = enabled
         self._count = max(2, count)
         self._budget_bytes = budget_bytes
         self._shared = shared
         self._mode = mode
+        self._engine = engine
         self._pool: Any = None
         self.layout: _collate.SlotLayout | None = None
 
@@ -64,6 +72,7 @@ class LoaderSlots:
             mode=mode,
             shared=self._shared,
             name="edgeload-loader-slots",
+            engine=self._engine if mode != "host" else None,
         )
 
     @property
@@ -106,6 +115,7 @@ class LoaderSlots:
             "slot_bytes": self.layout.nbytes if self.layout else 0,
             "slots_held_by_user": s.leased,
             "slot_copies": s.copies,
+            "slot_gpu_waits": s.gpu_waits,
         }
 
     def close(self) -> None:

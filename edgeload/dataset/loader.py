@@ -20,8 +20,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from .._deps import require_torch
 from ..errors import ClosedError, WorkerError
+from ._device import check_gpu_mode, pin_batch
 from ._epoch import EpochIterator
 from ._executor import make_executor
 from ._fetch import FetchSpec
@@ -59,13 +59,19 @@ class DataLoader:
         worker_kind: ``"thread"``, ``"process"`` or ``"auto"`` (the plan's).
         prefetch_bytes: bound on the bytes of prefetched batches (default: the plan's).
         memory_mode: slot memory: ``"auto"`` (the plan's), ``"host"``, or a GPU mode
-            (``"pinned"``, ``"mapped"``, ``"managed"``; thread workers only).
+            (``"pinned"``, ``"mapped"``, ``"managed"``; thread workers only). A slot
+            the user drops goes back to the pool only once the GPU work queued on its
+            stream meanwhile (``batch.cuda(non_blocking=True)``) has completed.
+        engine: the GPU engine for ``pin_memory`` and the GPU modes (default: CUDA
+            through torch; ``edgeload.cuda.host_engine.HostEngine`` runs them on the CPU).
         on_error: ``"raise"`` (WorkerError naming the sample) or ``"skip"`` (drop the
             sample, count it in ``stats()``; more than ``max_skips`` in one epoch raises).
         max_skips: most samples skipped per epoch with ``on_error="skip"``.
 
     Raises:
         ValueError: an argument torch rejects (same wording) or a bad edgeload one.
+        PlatformError: an explicit GPU ``memory_mode`` this machine cannot give (the
+            message names the mode that would work).
 
     Iterating raises :class:`~edgeload.errors.WorkerError` (a sample failed, naming its
     index; a worker process died), :class:`~edgeload.errors.WorkerTimeout` (no batch
@@ -97,6 +103,7 @@ class DataLoader:
         memory_mode: str = "auto",
         on_error: Literal["raise", "skip"] = "raise",
         max_skips: int = 0,
+        engine: Any = None,
     ) -> None:
         check_arguments(
             num_workers=num_workers,
@@ -108,6 +115,8 @@ class DataLoader:
             persistent_workers=persistent_workers,
             prefetch_bytes=prefetch_bytes,
         )
+        check_gpu_mode(memory_mode, engine)
+        self.engine = engine
         self.dataset = dataset
         self._sampling = build_sampling(
             dataset,
@@ -219,6 +228,7 @@ class DataLoader:
             budget_bytes=choice.prefetch_bytes,
             shared=choice.worker_kind == "process",
             mode=self._memory_mode,
+            engine=self.engine,
         )
 
     def _executor_for_epoch(self) -> Any:
@@ -259,8 +269,7 @@ class DataLoader:
     def _deliver(self, batch: Any, *, from_slot: bool) -> Any:
         self._counters["batches"] += 1
         if self._pin and not (from_slot and self._slots.page_locked):
-            torch = require_torch()
-            return torch.utils.data._utils.pin_memory.pin_memory(batch)
+            return pin_batch(batch, self.engine)
         return batch
 
     def _count_skip(self, index: Any, message: str, *, epoch_skips: int) -> None:

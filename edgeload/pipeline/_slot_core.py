@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -68,13 +68,22 @@ class SlotStats:
     """Batches delivered as copies because the consumer kept every slot."""
     nbytes: int
     """Bytes allocated."""
+    gpu_waits: int = 0
+    """Acquires that found the free slots still read by the GPU (a queued copy or
+    kernel) and waited for it, or with ``timeout_s=0`` went without."""
+    retired: int = 0
+    """Slots taken out of use because no GPU fence could be recorded for them."""
 
 
 class PoolCore:
     """The pool's state; its finalizer and lease callbacks hold this, never the pool.
 
-    Invariant: every slot index is in exactly one of ``free``, ``acquired``, ``leased``
-    (until close, which empties all three).
+    Invariant: every slot index is in exactly one of ``free``, ``acquired``, ``leased``,
+    ``retired`` (until close, which empties them).
+
+    With a ``guard`` (GPU memory modes), a slot the consumer drops is fenced on the
+    consumer's stream before it goes back to ``free``; a free slot is handed out only
+    once its fence has completed (see edgeload.cuda.memory.SlotGuard).
     """
 
     def __init__(self, name: str) -> None:
@@ -88,13 +97,30 @@ class PoolCore:
         self.free: list[int] = []
         self.acquired: set[int] = set()
         self.leased: dict[int, weakref.ref[np.ndarray]] = {}
+        self.retired: set[int] = set()
+        self.guard: Any = None
+        self.lease_streams: dict[int, Any] = {}  # consumer's stream when each was leased
         self.closed = False
 
     def on_release(self, index: int) -> None:
         with self.cond:
-            if self.leased.pop(index, None) is not None and not self.closed:
-                self.free.append(index)
-                self.cond.notify_all()
+            if self.leased.pop(index, None) is None or self.closed:
+                return
+            stream = self.lease_streams.pop(index, None)
+            if self.guard is not None and not self.guard.fence(self.arrays[index], stream):
+                self.retired.add(index)
+                return
+            self.free.append(index)
+            self.cond.notify_all()
+
+    def take_free(self) -> int | None:
+        """Pop a free slot the GPU no longer reads (newest first), or None."""
+        if self.guard is None:
+            return self.free.pop() if self.free else None
+        for position in range(len(self.free) - 1, -1, -1):
+            if not self.guard.busy(self.arrays[self.free[position]]):
+                return self.free.pop(position)
+        return None
 
     def close(self) -> None:
         with self.cond:
@@ -102,6 +128,8 @@ class PoolCore:
             self.free.clear()
             self.acquired.clear()
             self.leased.clear()
+            self.retired.clear()
+            self.lease_streams.clear()
             self.arrays.clear()
             self.cond.notify_all()
             backings, self.backings = self.backings, []

@@ -12,8 +12,11 @@ comes back exactly when the last of them goes. If the consumer keeps batches, th
 grows within ``max_bytes``, then hands out copies (logged once) - it never overwrites.
 
 Memory comes from an allocator chosen by ``mode`` (:func:`register_memory_mode` is the
-seam for the GPU modes); ``host`` is page-aligned ``mmap`` memory, shared through
-``/dev/shm`` when ``shared=True``.
+seam for custom modes); ``host`` is page-aligned ``mmap`` memory, shared through
+``/dev/shm`` when ``shared=True``. The GPU modes take their memory, and the GPU half of
+the lease rule, from an engine (``edgeload.cuda.engine``): a batch the consumer drops
+is fenced on the consumer's stream, and its slot is not handed to a producer until the
+copy or kernel queued on it has completed (counted in ``stats().gpu_waits``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ import logging
 import mmap
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ClosedError, WaitTimeout
-from ..vocabulary import MemoryMode
+from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
 from .lifecycle import POLL_INTERVAL_S
@@ -61,14 +64,19 @@ def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:
     return HostMemory(nbytes)
 
 
-def _gpu(mode: MemoryMode) -> Allocator:
+def _gpu(mode: MemoryMode, engine: Any = None) -> Allocator:
     def allocate(nbytes: int, shared: bool, shm_dir: str) -> Backing:
         # Imported on use: only GPU pools need the CUDA runtime (edgeload.cuda.memory).
         from ..cuda.memory import gpu_allocator
 
-        return gpu_allocator(mode)(nbytes, shared, shm_dir)
+        return gpu_allocator(mode, engine)(nbytes, shared, shm_dir)
 
     return allocate
+
+
+# Waiting for the GPU to finish with a slot polls faster than the pool's usual interval:
+# a copy takes about a millisecond per megabyte.
+_GPU_POLL_S = 0.002
 
 
 _ALLOCATORS: dict[str, Allocator] = {
@@ -79,9 +87,13 @@ _ALLOCATORS: dict[str, Allocator] = {
 }
 
 
+_CUSTOM: set[str] = set()
+
+
 def register_memory_mode(mode: str, allocator: Allocator) -> None:
-    """Install (or replace) the allocator behind memory ``mode``."""
+    """Install (or replace) the allocator behind memory ``mode`` (its pools get no GPU fences)."""
     _ALLOCATORS[mode] = allocator
+    _CUSTOM.add(mode)
 
 
 def allocate(
@@ -119,6 +131,8 @@ class SlotPool:
             ``max_bytes`` or is delivered as a copy. Set it to the number of slots the
             pipeline fills at once (open batches, in-flight tasks) when the consumer may
             keep batches.
+        engine: the GPU engine of a GPU mode (default: CUDA through torch);
+            ``edgeload.cuda.host_engine.HostEngine`` runs GPU modes on the CPU.
 
     Raises:
         ValueError: bad count, shape, dtype or a ``max_bytes`` below ``count`` slots.
@@ -138,6 +152,7 @@ class SlotPool:
         name: str = "slots",
         shm_dir: str = SHM_DIR,
         reserve: int = 1,
+        engine: Any = None,
     ) -> None:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
@@ -158,7 +173,16 @@ class SlotPool:
             raise ValueError(f"{name}: reserve must be between 1 and count={count}, got {reserve}")
         self.reserve = reserve
         self._copies = 0
+        self._gpu_waits = 0
         self._core = PoolCore(name)
+        self._allocator: Allocator | None = None
+        if mode in GPU_MEMORY_MODES and (engine is not None or mode not in _CUSTOM):
+            from ..cuda.engine import default_engine
+            from ..cuda.memory import SlotGuard
+
+            engine = engine if engine is not None else default_engine()
+            self._allocator = _gpu(mode, engine)
+            self._core.guard = SlotGuard(engine)
         if mode == "managed":
             # Attaching managed memory to a CUDA stream covers its whole allocation: on a
             # Jetson without I/O coherency, a CPU write into one slot while the GPU reads
@@ -188,9 +212,11 @@ class SlotPool:
     def _grow(self, count: int) -> None:
         """Allocate ``count`` more slots (cond held, or in __init__)."""
         core = self._core
-        backing = allocate(
-            count * self.slot_nbytes, mode=self.mode, shared=self.shared, shm_dir=self.shm_dir
-        )
+        nbytes = count * self.slot_nbytes
+        if self._allocator is not None:
+            backing = self._allocator(nbytes, self.shared, self.shm_dir)
+        else:
+            backing = allocate(nbytes, mode=self.mode, shared=self.shared, shm_dir=self.shm_dir)
         core.backings.append(backing)
         for i in range(count):
             index, offset = len(core.views), i * self.slot_nbytes
@@ -234,24 +260,33 @@ class SlotPool:
         """
         core = self._core
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waited_for_gpu = False
         with core.cond:
             while True:
                 self._check_open("acquire()")
-                if core.free:
-                    index = core.free.pop()
+                index = core.take_free()
+                if index is not None:
                     core.acquired.add(index)
                     return Slot(index, core.arrays[index], core.refs[index])
-                if self._can_grow():
+                # Free slots the GPU still reads are waited for, not grown around: the
+                # GPU is the bottleneck, and more memory would not make it faster.
+                gpu_busy = bool(core.free)
+                if gpu_busy and not waited_for_gpu:
+                    waited_for_gpu = True
+                    self._gpu_waits += 1
+                if not gpu_busy and self._can_grow():
                     self._grow(1)
                     continue
-                left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
+                poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
+                left = poll if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise WaitTimeout(
                         f"{self.name}: no free slot within {timeout_s} s ({self.count} "
                         f"slots: {len(core.acquired)} being filled, {len(core.leased)} held "
-                        "by the consumer); release batches sooner or raise max_bytes"
+                        f"by the consumer, {len(core.free)} still read by the GPU); release "
+                        "batches sooner or raise max_bytes"
                     )
-                core.cond.wait(min(left, POLL_INTERVAL_S))
+                core.cond.wait(min(left, poll))
 
     def release(self, slot: Slot) -> None:
         """Give an acquired slot back unused (an error, a dropped item); no-op after close.
@@ -313,6 +348,8 @@ class SlotPool:
             if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
                 raise TypeError("slot view has no ndarray base")
             core.acquired.remove(slot.index)
+            if core.guard is not None:
+                core.lease_streams[slot.index] = core.guard.consumer_stream()
             core.leased[slot.index] = weakref.ref(base, Releaser(core, slot.index))
             return view
 
@@ -327,6 +364,8 @@ class SlotPool:
                 leased=len(core.leased),
                 copies=self._copies,
                 nbytes=self.count * self.slot_nbytes,
+                gpu_waits=self._gpu_waits,
+                retired=len(core.retired),
             )
 
     def close(self) -> None:

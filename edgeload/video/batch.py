@@ -118,18 +118,58 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         _log.warning("edgeload: %s", message)
 
 
+def check_slot_mode(mode: str, engine: Any) -> None:
+    """Raise unless ``mode`` (an explicit memory mode) works here.
+
+    Raises:
+        ProfileError: not a memory mode. PlatformError: the mode needs what this
+            machine lacks; the message names the mode that would work.
+    """
+    from ..cuda.status import MEMORY_MODES, check_memory_mode
+
+    if engine is None or mode not in MEMORY_MODES:
+        check_memory_mode(mode)
+    else:
+        engine.check_memory_mode(mode)
+
+
+def device_copier(device: Any, engine: Any) -> Any:
+    """The copier that brings batches to ``device`` (None keeps them on the CPU).
+
+    Made in the loader's constructor, so a device that does not exist is an error
+    before any thread starts.
+
+    Raises:
+        PlatformError: no usable CUDA, or no such device (the message lists those there are).
+    """
+    if device is None or str(device) == "cpu":
+        return None
+    from ..cuda.transfer import DeviceCopier
+
+    return DeviceCopier(device=device, engine=engine)
+
+
 def build_batch(
     sealed: Sealed,
     streams: Mapping[int, StreamEntry],
     ages: collections.deque[float],
     delivered_at: collections.deque[float],
-    device: Any,
+    copier: Any,
 ) -> Batch:
-    """Lease the shipped slot to the consumer as a :class:`Batch` (a view, no copy)."""
+    """Lease the shipped slot to the consumer as a :class:`Batch`.
+
+    Without a copier the frames are a view of the slot (no copy). With one, mapped and
+    managed slots are viewed by the GPU in place and pinned or host slots are copied on
+    the copier's stream; either way the slot stays leased until the GPU work that
+    reads it has completed, and the consumer's stream waits for the copy.
+    """
     torch = require_torch()
-    frames = torch.from_numpy(sealed.pool.lease(sealed.slot))
-    if device is not None:
-        frames = frames.to(device, non_blocking=True)
+    view = sealed.pool.lease(sealed.slot)
+    if copier is None:
+        frames = torch.from_numpy(view)
+    else:
+        frames = copier.to_device(view).tensor()
+        del view  # the transfer holds what it still needs
     now = time.monotonic()
     metas: list[FrameMeta | None] = []
     for place in range(len(sealed.valid)):

@@ -78,7 +78,8 @@ def loader_stats(loader: StreamLoader) -> dict[str, Any]:
     times = list(loader._delivered_at)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     pre = loader._prefetch.stats()
-    slot_bytes = sum(p.stats().nbytes for p in loader._asm.pools() if not p.closed)
+    pools = [p.stats() for p in loader._asm.pools() if not p.closed]
+    slot_bytes = sum(p.nbytes for p in pools)
     return {
         "batches": loader._batches,
         "batch_rate": round(rate, 2),
@@ -93,6 +94,8 @@ def loader_stats(loader: StreamLoader) -> dict[str, Any]:
         "drops": sum(s.drops for s in streams),
         "bytes_held": pre.bytes_held,
         "slot_bytes": slot_bytes,
+        "slot_copies": sum(p.copies for p in pools),
+        "slot_gpu_waits": sum(p.gpu_waits for p in pools),
         "deadline_ms": loader.deadline_ms,
         "memory_mode": loader._mode,
         "memory_mode_reason": loader._mode_reason,

@@ -26,7 +26,16 @@ from ..pipeline.prefetch import END, Prefetcher
 from ..pipeline.slots import SlotPool
 from ..platform.profile import Profile
 from .assembler import MAX_OPEN, Assembler, Sealed
-from .batch import Batch, StreamEntry, build_batch, make_sink, raise_failures, watchdog
+from .batch import (
+    Batch,
+    StreamEntry,
+    build_batch,
+    check_slot_mode,
+    device_copier,
+    make_sink,
+    raise_failures,
+    watchdog,
+)
 from .capture import Target, build_target, hardware_decoder
 from .demand import Demand
 from .reader import StreamReader
@@ -81,7 +90,10 @@ class StreamLoader:
         layout: ``NHWC`` or ``NCHW``. color: ``bgr`` or ``rgb``.
         resize: ``stretch`` or ``letterbox``.
         memory_mode: slot memory (``auto``: ``host``, or the plan's with a ``device``).
-        device: a torch device to move batches to; None keeps them on the CPU (zero-copy).
+        device: a CUDA device to move batches to; None keeps them on the CPU (zero-copy).
+        engine: the GPU engine behind ``device`` and the GPU memory modes (default:
+            CUDA through torch; ``edgeload.cuda.host_engine.HostEngine`` runs them on
+            the CPU, for tests).
         on_error: ``continue`` (a failed stream ends; its error is in ``stats()``) or
             ``raise`` (the next batch raises SourceError).
         timeout_s: most seconds to wait for a batch before raising WorkerTimeout.
@@ -109,6 +121,7 @@ class StreamLoader:
         on_error: Literal["continue", "raise"] = "continue",
         timeout_s: float = 60.0,
         profile: Profile | None = None,
+        engine: Any = None,
     ) -> None:
         for name, value, allowed in (
             ("layout", layout, ("NHWC", "NCHW")),
@@ -126,7 +139,8 @@ class StreamLoader:
         self.size = (int(size[0]), int(size[1]))
         self._opts: dict[str, Any] = dict(layout=layout, color=color, resize=resize)
         self._policy, self._on_error, self._timeout_s = policy, on_error, timeout_s
-        self._device = device
+        self._engine = engine
+        self._copier = device_copier(device, engine)  # raises for a missing device
         self._streams: dict[int, StreamEntry] = {}
         self._next_id = 0
         self._lock = threading.Lock()
@@ -158,6 +172,8 @@ class StreamLoader:
         if self._mode == "auto":
             self._mode = self.plan.memory_mode
             self._mode_reason = self.plan.reasons["memory_mode"]
+        elif self._mode != "host":
+            check_slot_mode(self._mode, engine)  # here, not later in the mux thread
         all_latest = all(s.source.policy == "latest" for s in self._streams.values())
         self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
         depth = 1 if all_latest else max(1, self.plan.slot_count - 2)
@@ -206,7 +222,7 @@ class StreamLoader:
         # Prefetched + the open ones + one being shipped + two the consumer may hold.
         count = self._depth + MAX_OPEN + 3
         return SlotPool(shape, np.uint8, count=count, mode=self._mode,  # type: ignore[arg-type]
-                        name="StreamLoader slots")  # fmt: skip
+                        name="StreamLoader slots", engine=self._engine)  # fmt: skip
 
     def _streams_now(self) -> list[StreamEntry]:
         with self._lock:
@@ -284,7 +300,7 @@ class StreamLoader:
             raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             raise StopIteration
         self._batches += 1
-        batch = build_batch(item, self._streams, self._ages, self._delivered_at, self._device)  # type: ignore[arg-type]
+        batch = build_batch(item, self._streams, self._ages, self._delivered_at, self._copier)  # type: ignore[arg-type]
         if self._demand is not None:
             self._demand.taken()
         return batch

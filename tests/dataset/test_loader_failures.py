@@ -182,12 +182,12 @@ def test_iterable_dataset_rejects_shuffle_like_torch():
         DataLoader(ShardedIterDS(), shuffle=True)
 
 
-def test_a_gpu_memory_mode_without_cuda_is_refused_with_the_fix():
+@pytest.mark.parametrize("mode", ["pinned", "mapped", "managed"])
+def test_a_gpu_memory_mode_without_cuda_is_refused_by_the_constructor(mode):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    loader = DataLoader(DictDS(), batch_size=4, num_workers=1, memory_mode="pinned")
-    with loader, pytest.raises(edgeload.PlatformError, match=r"memory_mode='pinned'.*'host'"):
-        next(iter(loader))
+    with pytest.raises(edgeload.PlatformError, match=rf"memory_mode='{mode}'.*'host'"):
+        DataLoader(DictDS(), batch_size=4, num_workers=1, memory_mode=mode)
 
 
 _TINY_SHM_SCRIPT = """

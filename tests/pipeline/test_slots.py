@@ -268,20 +268,17 @@ def test_a_fresh_segment_is_not_swept_before_its_owner_locks_it(tmp_path):
     assert orphan.exists()
 
 
-def test_managed_slots_get_one_allocation_each(monkeypatch):
+def test_managed_slots_get_one_allocation_each():
     """Managed memory attaches to a stream per allocation, so slots must not share one."""
-    from edgeload.pipeline import slots as buffers
+    from edgeload.cuda._owner import find_owner
+    from edgeload.cuda.host_engine import HostEngine
 
-    sizes: list[int] = []
+    def allocations(mode):
+        with HostEngine() as engine, SlotPool(
+            (2, 8), "uint8", count=3, mode=mode, engine=engine
+        ) as pool:
+            slots = [pool.acquire(timeout_s=1) for _ in range(3)]
+            return len({id(find_owner(slot.array)) for slot in slots})
 
-    def host_counting(nbytes, shared, shm_dir):
-        sizes.append(nbytes)
-        return buffers._allocate_host(nbytes, shared, shm_dir)
-
-    monkeypatch.setitem(buffers._ALLOCATORS, "managed", host_counting)
-    with SlotPool((2, 8), "uint8", count=3, mode="managed") as pool:
-        assert len(sizes) == 3
-        assert len({pool.acquire(timeout_s=1).array.ctypes.data for _ in range(3)}) == 3
-    monkeypatch.setitem(buffers._ALLOCATORS, "host", host_counting)
-    with SlotPool((2, 8), "uint8", count=3, mode="host"):
-        assert len(sizes) == 4  # host slots share one allocation
+    assert allocations("managed") == 3
+    assert allocations("pinned") == 1  # other modes share one allocation
