@@ -18,17 +18,29 @@ and ``synchronize()``.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
+import weakref
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from .._deps import require_torch
 from ..errors import PlatformError
 from . import _runtime as _cuda
-from ._owner import SlotMemory
+from ._fences import Fences
+from ._owner import SlotMemory, find_owner
 from .status import CudaStatus, check_memory_mode, cuda_device, cuda_status
 
-__all__ = ["COPY_KINDS", "CudaEngine", "Engine", "default_engine", "device_error"]
+__all__ = [
+    "COPY_KINDS",
+    "CudaEngine",
+    "Engine",
+    "cuda_allocation",
+    "default_engine",
+    "device_error",
+]
+
+_log = logging.getLogger(__name__)
 
 COPY_KINDS = ("h2d_async", "h2d_pageable", "pin")
 """Full copies an engine counts: an async copy from page-locked memory, a copy from
@@ -83,6 +95,39 @@ def device_error(device: Any, count: int, backend: str) -> PlatformError:
     )
 
 
+def _release(free: Any, ptr: int, fences: Fences) -> None:
+    # Runs once nothing views the memory; the GPU may still be reading it.
+    try:
+        fences.drain()
+        free(ptr)
+    except Exception as exc:  # at interpreter exit the runtime may already be gone
+        _log.debug("edgeload: freeing CUDA memory at %#x failed: %s", ptr, exc)
+
+
+def cuda_allocation(engine: Any, mode: str, nbytes: int) -> SlotMemory:
+    """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate)."""
+    runtime = _cuda.load_cudart()
+    if mode == "managed":
+        # On Jetsons the CPU may not touch globally attached managed memory while any
+        # kernel runs, so there it stays host-attached and is attached per use.
+        per_stream = not cuda_device().concurrent_managed_access
+        ptr = runtime.malloc_managed(nbytes, attach_global=not per_stream)
+        owner = SlotMemory(
+            engine, mode, nbytes, host_ptr=ptr, device_ptr=ptr, attach_per_stream=per_stream
+        )
+        weakref.finalize(owner, _release, runtime.free, ptr, owner.fences)
+        return owner
+    ptr = runtime.host_alloc(nbytes, mapped=mode == "mapped")
+    try:
+        device_ptr = runtime.host_device_pointer(ptr) if mode == "mapped" else 0
+    except PlatformError:
+        runtime.free_host(ptr)
+        raise
+    owner = SlotMemory(engine, mode, nbytes, host_ptr=ptr, device_ptr=device_ptr)
+    weakref.finalize(owner, _release, runtime.free_host, ptr, owner.fences)
+    return owner
+
+
 class CudaEngine:
     """torch's CUDA, with ctypes for mapped and managed memory."""
 
@@ -122,8 +167,6 @@ class CudaEngine:
         return torch.device("cuda", index)
 
     def allocate(self, mode: str, nbytes: int) -> SlotMemory:
-        from .memory import cuda_allocation
-
         return cuda_allocation(self, mode, nbytes)
 
     def current_stream(self) -> Any:
@@ -150,9 +193,7 @@ class CudaEngine:
     def to_device(self, tensor: Any, device: Any, *, non_blocking: bool) -> Any:
         if tensor.is_cuda:
             return tensor.to(device)
-        from .memory import memory_mode_of
-
-        page_locked = tensor.is_pinned() or memory_mode_of(tensor) != "host"
+        page_locked = tensor.is_pinned() or find_owner(tensor) is not None
         self._copies.add("h2d_async" if page_locked and non_blocking else "h2d_pageable")
         return tensor.to(device, non_blocking=non_blocking)
 

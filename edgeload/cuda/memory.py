@@ -19,7 +19,6 @@ import contextlib
 import logging
 import sys
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -28,16 +27,13 @@ import numpy as np
 from .._deps import require_torch
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
-from . import _runtime as _cuda
-from ._fences import POLL_S, Fences, hold_until_done
+from ._fences import POLL_S, hold_until_done
 from ._owner import SlotMemory, byte_range, find_owner
-from .status import cuda_device
 
 __all__ = [
     "CudaBacking",
     "allocate",
     "as_cuda_tensor",
-    "cuda_allocation",
     "gpu_allocator",
     "gpu_busy",
     "memory_mode_of",
@@ -46,39 +42,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-
-def _release(free: Any, ptr: int, fences: Fences) -> None:
-    # Runs once nothing views the memory; the GPU may still be reading it.
-    try:
-        fences.drain()
-        free(ptr)
-    except Exception as exc:  # at interpreter exit the runtime may already be gone
-        _log.debug("edgeload: freeing CUDA memory at %#x failed: %s", ptr, exc)
-
-
-def cuda_allocation(engine: Any, mode: str, nbytes: int) -> SlotMemory:
-    """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate)."""
-    runtime = _cuda.load_cudart()
-    if mode == "managed":
-        # On Jetsons the CPU may not touch globally attached managed memory while any
-        # kernel runs, so there it stays host-attached and is attached per use.
-        per_stream = not cuda_device().concurrent_managed_access
-        ptr = runtime.malloc_managed(nbytes, attach_global=not per_stream)
-        owner = SlotMemory(
-            engine, mode, nbytes, host_ptr=ptr, device_ptr=ptr, attach_per_stream=per_stream
-        )
-        weakref.finalize(owner, _release, runtime.free, ptr, owner.fences)
-        return owner
-    ptr = runtime.host_alloc(nbytes, mapped=mode == "mapped")
-    try:
-        device_ptr = runtime.host_device_pointer(ptr) if mode == "mapped" else 0
-    except PlatformError:
-        runtime.free_host(ptr)
-        raise
-    owner = SlotMemory(engine, mode, nbytes, host_ptr=ptr, device_ptr=device_ptr)
-    weakref.finalize(owner, _release, runtime.free_host, ptr, owner.fences)
-    return owner
 
 
 def _engine(engine: Any) -> Any:
