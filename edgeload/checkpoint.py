@@ -14,7 +14,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_state", "save_state", "write_atomic"]
+from .errors import ArgumentError
+
+__all__ = ["KEY_VERSION", "check_version", "load_state", "save_state", "write_atomic"]
+
+# Every resumable object's state_dict() carries its format version under this key.
+KEY_VERSION = "version"
+
+
+def check_version(state: Any, owner: str, version: int) -> None:
+    """Refuse a state that ``owner.state_dict()`` at this ``version`` did not make.
+
+    Raises:
+        ArgumentError: ``state`` is not a dict, or carries another version.
+    """
+    if isinstance(state, dict) and state.get(KEY_VERSION) == version:
+        return
+    got = state.get(KEY_VERSION) if isinstance(state, dict) else type(state).__name__
+    raise ArgumentError(
+        f"{owner} state version {got!r} is not {version}: it is not a {owner} state, or "
+        f"another edgeload version saved it; pass what {owner}.state_dict() returned"
+    )
 
 
 def save_state(state: dict[str, Any], path: str | os.PathLike[str]) -> None:

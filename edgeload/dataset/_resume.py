@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint import KEY_VERSION, check_version
 from ._sampling import KEY_GENERATOR_STATE, _decode_state, _encode_state
 
 if TYPE_CHECKING:
     from .loader import DataLoader
 
 STATE_VERSION = 1
-KEY_VERSION = "version"
+
 KEY_EPOCH = "epoch"
 KEY_ORDER = "order"
 KEY_PROGRESS = "progress"
@@ -89,12 +90,7 @@ def apply_loader_state(loader: DataLoader, state: dict[str, Any]) -> None:
     Raises:
         ValueError: not a loader state, or one of another version.
     """
-    if not isinstance(state, dict) or state.get(KEY_VERSION) != STATE_VERSION:
-        got = state.get(KEY_VERSION) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"not an edgeload DataLoader state of version {STATE_VERSION} (got "
-            f"version {got!r}); pass what state_dict() returned"
-        )
+    check_version(state, "DataLoader", STATE_VERSION)
     loader._abandon()
     loader._counters["samples_skipped"] = int(state.get(KEY_SKIPPED, 0))
     if KEY_ORDER in state:

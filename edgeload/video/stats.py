@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .._compat import zip_strict
+from ..checkpoint import KEY_VERSION, check_version
+from ..measure import percentile
 from ._ffmpeg import rtsp_transport_used
 
 if TYPE_CHECKING:
     from .streams import StreamLoader
 
 STATE_VERSION = 1
-KEY_VERSION = "version"
+
 KEY_STREAMS = "streams"
 KEY_URI = "uri"
 KEY_FRAME = "frame"
@@ -74,7 +74,7 @@ def loader_stats(loader: StreamLoader) -> dict[str, Any]:
     """The numbers behind ``StreamLoader.stats()``."""
     with loader._lock:
         streams = list(loader._streams.values())
-    ages = np.fromiter(loader._ages, float) if loader._ages else None
+    ages = list(loader._ages) if loader._ages else None
     times = list(loader._delivered_at)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     pre = loader._prefetch.stats()
@@ -87,8 +87,8 @@ def loader_stats(loader: StreamLoader) -> dict[str, Any]:
         "queue_drops": pre.drops,
         "slot_misses": loader._asm.slot_misses,
         "frame_age_ms": {
-            "p50": None if ages is None else round(float(np.percentile(ages, 50)), 1),
-            "p99": None if ages is None else round(float(np.percentile(ages, 99)), 1),
+            "p50": None if ages is None else round(percentile(ages, 50), 1),
+            "p99": None if ages is None else round(percentile(ages, 99), 1),
         },
         "frame_age_from": sorted({s.reader.age_from for s in streams if s.reader is not None}),
         "drops": sum(s.drops for s in streams),
@@ -125,11 +125,7 @@ def load_loader_state(loader: StreamLoader, state: dict[str, Any]) -> None:
             "StreamLoader.load_state_dict() must come before iteration starts; "
             "make a new loader and load the state into it"
         )
-    if state.get(KEY_VERSION) != STATE_VERSION:
-        raise ValueError(
-            f"StreamLoader state version {state.get(KEY_VERSION)!r} is not {STATE_VERSION}; "
-            "it was saved by another edgeload version"
-        )
+    check_version(state, "StreamLoader", STATE_VERSION)
     files = [s for s in loader._streams.values() if s.source.kind == "file"]
     saved = state.get(KEY_STREAMS, [])
     if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
