@@ -16,6 +16,7 @@ from .errors import (
     ProfileError,
     SourceError,
     WaitTimeout,
+    WorkerDied,
     WorkerError,
     WorkerTimeout,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "VideoSource",
     "VideoWorkload",
     "WaitTimeout",
+    "WorkerDied",
     "WorkerError",
     "WorkerPool",
     "WorkerTimeout",

@@ -9,15 +9,28 @@ all of them::
     ├── ProfileError         bad value in a profile file (also a ValueError)
     ├── SourceError          a stream could not be opened or read
     ├── WorkerError          a worker raised or died; the original is __cause__
-    │   └── WorkerTimeout    no result within the timeout (also a TimeoutError)
+    │   ├── <Original>       a DataLoader sample raised Original: also an Original
+    │   ├── WorkerDied       a worker process exited (also a RuntimeError)
+    │   └── WorkerTimeout    no result within the timeout (also a TimeoutError and
+    │                        a RuntimeError)
     ├── WaitTimeout          no slot or queue room came free in time (also a TimeoutError)
     ├── ClosedError          object used after close()
     └── MissingDependency    torch or cv2 absent (also an ImportError)
 
 Messages name the problem, show the bad value and suggest a next step.
+
+The rule for a dataset's exception (the ``DataLoader``, any worker kind): what reaches
+the loop is an instance of the original type *and* of :class:`WorkerError`, so both
+``except KeyError`` (as with torch, which re-raises the original type) and ``except
+WorkerError`` catch it.  Its message starts with torch's ``Caught KeyError in DataLoader
+worker ...`` and holds the worker's traceback; ``index`` is the sample.  A type that
+cannot be built from one message becomes a ``RuntimeError`` that is a WorkerError (torch
+raises RuntimeError then too).  Worker death and timeouts are RuntimeErrors, as in torch.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "ArgumentError",
@@ -28,8 +41,10 @@ __all__ = [
     "ProfileError",
     "SourceError",
     "WaitTimeout",
+    "WorkerDied",
     "WorkerError",
     "WorkerTimeout",
+    "worker_exception",
 ]
 
 
@@ -86,8 +101,80 @@ class WorkerError(EdgeloadError):
         self.traceback_text = traceback_text
 
 
-class WorkerTimeout(WorkerError, TimeoutError):
-    """No result arrived within the timeout."""
+class WorkerTimeout(WorkerError, TimeoutError, RuntimeError):
+    """No result arrived within the timeout (torch raises RuntimeError for this)."""
+
+
+class WorkerDied(WorkerError, RuntimeError):
+    """A worker process exited while it had work (torch raises RuntimeError for this)."""
+
+
+class _KeyMessage(str):
+    """A message KeyError shows as text: KeyError's ``str()`` would ``repr()`` it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+_mixed: dict[type, type] = {}
+
+
+def _reduce_as_original(self: BaseException) -> tuple[Any, ...]:
+    # Pickles as the original type: the mixed class exists in this process only.
+    return (type(self).__bases__[0], self.args)
+
+
+def _mixed_type(original: type[BaseException]) -> type[WorkerError]:
+    if issubclass(original, WorkerError):
+        return original
+    mixed = _mixed.get(original)
+    if mixed is None:
+        mixed = type(
+            original.__name__,
+            (original, WorkerError),
+            {
+                "__module__": original.__module__,
+                "__qualname__": original.__qualname__,
+                "__reduce__": _reduce_as_original,
+            },
+        )
+        _mixed[original] = mixed
+    return mixed
+
+
+def worker_exception(
+    original: type[BaseException] | None,
+    message: str,
+    *,
+    index: object = None,
+    worker: str | None = None,
+    traceback_text: str | None = None,
+) -> WorkerError:
+    """A WorkerError that is also an ``original`` (see the rule in this module's doc).
+
+    Args:
+        original: the type the worker raised; None when it could not travel.
+        message: the whole message (torch's ``Caught ...`` line and the traceback).
+        index, worker, traceback_text: as :class:`WorkerError`.
+    """
+    exc: BaseException | None = None
+    for kind in (original, RuntimeError):
+        if kind is None:
+            continue
+        try:
+            mixed = _mixed_type(kind)
+            exc = mixed(_KeyMessage(message) if issubclass(kind, KeyError) else message)
+            break
+        except Exception:  # a type that takes more than a message, or cannot be mixed
+            exc = None
+    if not isinstance(exc, WorkerError):
+        exc = WorkerError(message)
+    exc.index = index
+    exc.worker = worker
+    exc.traceback_text = traceback_text
+    return exc
 
 
 class WaitTimeout(EdgeloadError, TimeoutError):

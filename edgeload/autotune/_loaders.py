@@ -202,7 +202,7 @@ class DatasetWorkload:
         budget = int(config.get("thread_budget", 1))
         old_threads = torch.get_num_threads()
         torch.set_num_threads(max(1, budget - min(budget, workers)))
-        loader = DataLoader(
+        loader: DataLoader[Any] = DataLoader(
             self.dataset,
             batch_size=int(config.get("batch_size", self.batch)),
             num_workers=workers,

@@ -28,7 +28,7 @@ class LoaderChoice:
     prefetch_bytes: int | None
 
 
-def resolve_plan(loader: DataLoader) -> LoaderChoice:
+def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
     """Fill what ``loader`` left on ``"auto"`` from ``edgeload.platform.plan.plan_for``."""
     from ..platform.plan import plan_for
 

@@ -10,9 +10,11 @@ epoch's random inputs, how many batches were yielded, and per worker the random 
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..errors import WorkerError
+from ..errors import worker_exception
 from ._fetch import Result, Task, WorkerStart
 from ._sampling import EpochOrder
 
@@ -34,13 +36,16 @@ class EpochIterator(Iterator[Any]):
 
     def __init__(
         self,
-        loader: DataLoader,
+        loader: DataLoader[Any],
         order: EpochOrder,
         base_seed: int,
         *,
         resume: dict[str, Any] | None = None,
+        shared_seed: int | None = None,
     ) -> None:
         self._loader = loader
+        self._len_called = loader._len_called
+        self._num_yielded = 0
         self._order = order
         self._base_seed = base_seed
         self._exec = loader._executor_for_epoch()
@@ -59,7 +64,8 @@ class EpochIterator(Iterator[Any]):
         self._exhausted = False
         self._done = False
         self.skipped = 0
-        starts = [WorkerStart(base_seed) for _ in range(n)]
+        self._shared_seed = shared_seed
+        starts = [WorkerStart(base_seed, shared_seed=shared_seed) for _ in range(n)]
         if resume is not None:
             starts = self._apply_resume(resume)
         for w, start in enumerate(starts):
@@ -85,6 +91,7 @@ class EpochIterator(Iterator[Any]):
             starts.append(
                 WorkerStart(
                     self._base_seed,
+                    shared_seed=self._shared_seed,
                     rng=None if self._loader._sampling.iterable else ws.get(KEY_W_RNG),
                     skip_samples=int(ws.get(KEY_W_CONSUMED, 0)),
                     ended=bool(ws.get(KEY_W_ENDED, False)),
@@ -171,7 +178,31 @@ class EpochIterator(Iterator[Any]):
             slot = self._in_flight.pop(result.position)
             batch = self._handle(result, slot)
             if batch is not _NOTHING:
+                self._num_yielded += 1
+                self._warn_over_length()
                 return batch
+
+    def _warn_over_length(self) -> None:
+        """torch's warning when an IterableDataset yields more than its ``__len__``."""
+        if (
+            not self._loader._sampling.iterable
+            or self._len_called is None
+            or self._num_yielded <= self._len_called
+        ):
+            return
+        text = (
+            f"Length of IterableDataset {self._loader.dataset} was reported to be "
+            f"{self._len_called}(when accessing len(dataloader)), but {self._num_yielded} "
+            "samples have been fetched. "
+        )
+        if self._loader._num_workers_resolved > 0:
+            text += (
+                "For multiprocessing data-loading, this could be caused by not properly "
+                "configuring the IterableDataset replica at each worker (shard it with "
+                "get_worker_info()). Please see https://pytorch.org/docs/stable/data.html"
+                "#torch.utils.data.IterableDataset for examples."
+            )
+        warnings.warn(text, stacklevel=3)
 
     def _handle(self, result: Result, slot: Any) -> Any:
         loader = self._loader
@@ -179,11 +210,15 @@ class EpochIterator(Iterator[Any]):
         if result.error is not None:
             loader._slots.release(slot)
             index, message, text = result.error
-            raise WorkerError(
-                f"loading sample {index!r} failed in worker {w}: {message}\n"
-                f"--- worker traceback ---\n{text}",
+            kind = loader.worker_kind_resolved
+            where = "the main thread" if kind == "main" else f"DataLoader worker {kind} {w}"
+            name = message.split(":", 1)[0]
+            raise worker_exception(
+                result.exc_type,
+                f"Caught {name} in {where} while loading sample {index!r} ({message}).\n"
+                f"Original {text}",
                 index=index,
-                worker=f"{loader.worker_kind_resolved}-worker-{w}",
+                worker=f"{kind}-worker-{w}",
                 traceback_text=text,
             ) from result.exc
         ws = self._workers[w]
@@ -223,6 +258,13 @@ class EpochIterator(Iterator[Any]):
     def _finish(self) -> None:
         self._done = True
         self._loader._epoch_finished(self)
+
+    def __del__(self) -> None:
+        # The loader holds its iterator weakly: dropping an unfinished one ends its pass.
+        if not self._done:
+            with contextlib.suppress(Exception):  # interpreter shutdown
+                self._loader._iterator_dropped(self)
+                self.close()
 
     def close(self) -> None:
         """Release the slots of tasks still in flight (their results are dropped)."""

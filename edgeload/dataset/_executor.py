@@ -8,11 +8,21 @@ a worker that gets no task in an epoch costs nothing.
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 from typing import Any
 
-from ..errors import WorkerTimeout
+from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
 from ._fetch import Fetcher, FetchSpec, Result, Task, WorkerStart
+
+# torch's advice when the process runs out of file descriptors (each tensor a worker
+# process returns travels as one): the same words, so the same searches find the fix.
+_FD_HINT = (
+    "Too many open files. Communication with the workers is no longer possible. Please "
+    "increase the limit using `ulimit -n` in the shell or change the sharing strategy by "
+    "calling `torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning "
+    "of your code (or return numpy arrays, or use worker_kind='thread')"
+)
 
 
 def _init_worker(spec: FetchSpec, info: Any) -> None:
@@ -65,15 +75,22 @@ class PoolExecutor:
     def __init__(
         self, spec: FetchSpec, *, kind: str, num_workers: int, start_method: str | None
     ) -> None:
+        from ..pipeline._worker_info import start_method_for
         from ..pipeline.workers import WorkerPool
 
         self.kind = kind
+        init_fn = functools.partial(_init_worker, spec)
+        self.start_method = self.start_method_reason = ""
+        if kind == "process":
+            self.start_method, self.start_method_reason = start_method_for(
+                start_method, (_run, init_fn)
+            )
         self._pool = WorkerPool(
             _run,
             kind=kind,  # type: ignore[arg-type]
             num_workers=num_workers,
-            start_method=start_method,
-            init_fn=functools.partial(_init_worker, spec),
+            start_method=self.start_method or None,
+            init_fn=init_fn,
             # The loader applies its own timeout; the pool only watches for deaths.
             timeout_s=None,
             name="loader",
@@ -107,7 +124,37 @@ class PoolExecutor:
                 index=exc.index,
                 worker=exc.worker,
             ) from exc
+        except WorkerError as exc:
+            raise self._translate(exc) from exc.__cause__
+        except (OSError, RuntimeError) as exc:
+            if getattr(exc, "errno", None) == errno.EMFILE or "ancdata" in str(exc):
+                raise RuntimeError(f"{_FD_HINT}: {exc}") from exc
+            raise
         return result
+
+    def _translate(self, exc: WorkerError) -> EdgeloadError:
+        """A pool error as torch's DataLoader raises it: a worker's own exception (its
+        ``worker_init_fn`` failed) as its type, a worker's death as a RuntimeError."""
+        if isinstance(exc, WorkerDied) or exc.traceback_text is None:
+            pid = (exc.worker or "").replace("pid ", "")
+            return WorkerDied(
+                f"DataLoader worker (pid(s) {pid or '?'}) exited unexpectedly: {exc}",
+                index=exc.index,
+                worker=exc.worker,
+            )
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.EMFILE:
+            return worker_exception(
+                RuntimeError, f"{_FD_HINT}: {exc}", index=exc.index, worker=exc.worker
+            )
+        return worker_exception(
+            type(cause) if cause is not None else None,
+            f"Caught {type(cause).__name__ if cause else 'an error'} in DataLoader worker "
+            f"{self.kind}: {exc}",
+            index=exc.index,
+            worker=exc.worker,
+            traceback_text=exc.traceback_text,
+        )
 
     def close(self) -> None:
         self._pool.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._compat import format_exception
-from . import _collate
+from . import _collate, _datapipes
 from ._worker_ctx import enter_worker, restore_rng, snapshot_rng
 
 
@@ -47,6 +48,8 @@ class WorkerStart:
     """Iterable datasets: samples to draw and discard first (resume)."""
     ended: bool = False
     """Iterable datasets: this worker's stream already ended (resume)."""
+    shared_seed: int | None = None
+    """DataPipes: the epoch's seed for the pipe's shuffles, the same in every worker."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Result:
     """Every sample of the batch was skipped: nothing to yield."""
     exc: BaseException | None = None
     """The exception itself, when it can travel (it pickles, or this is a thread)."""
+    exc_type: type[BaseException] | None = None
+    """Its type, when that can travel: the consumer raises one of this type."""
 
 
 class _SampleError(Exception):
@@ -105,6 +110,9 @@ class Fetcher:
         """``"main"`` (num_workers=0: no seeding, no worker info), "thread" or "process"."""
         self.dataset = _worker_copy(spec.dataset) if mode == "thread" else spec.dataset
         """This worker's dataset object (``get_worker_info().dataset``)."""
+        self._datapipe = _datapipes.is_datapipe(self.dataset)
+        if self._datapipe and mode != "main":
+            _datapipes.shard(self.dataset, spec.num_workers, worker_id)
         self.info: Any = None
         self._iter: Any = None
         self._ended = False
@@ -125,8 +133,12 @@ class Fetcher:
                 in_process=self.mode == "process",
             )
             self._seeded_base = start.base_seed
+            if self._datapipe and start.shared_seed is not None:
+                _datapipes.reseed(self.dataset, start.shared_seed)
             if spec.worker_init_fn is not None:
-                spec.worker_init_fn(self.worker_id)
+                self._init_fn()(self.worker_id)
+        elif self._datapipe and start.shared_seed is not None:
+            _datapipes.reseed(self.dataset, start.shared_seed)
         if start.rng is not None and self.info is not None:
             restore_rng(self.info, start.rng)
         self._consumed = 0
@@ -141,6 +153,14 @@ class Fetcher:
             except Exception:
                 pass  # it was skipped (or raised) in the run being resumed too
             self._consumed += 1
+
+    def _init_fn(self) -> Any:
+        """``worker_init_fn``, bound to this worker's copy when it is a method of the
+        dataset (``worker_init_fn=dataset.setup`` must set up the copy the worker reads)."""
+        fn = self.spec.worker_init_fn
+        if isinstance(fn, types.MethodType) and fn.__self__ is self.spec.dataset:
+            return types.MethodType(fn.__func__, self.dataset)
+        return fn
 
     def run(self, task: Task) -> Result:
         """Produce the result of ``task``; loading errors travel inside the result."""
@@ -163,6 +183,8 @@ class Fetcher:
             result.error = (err.index, f"{type(err.exc).__name__}: {err.exc}", text)
             result.data = None
             result.exc = err.exc if self.mode != "process" or _pickles(err.exc) else None
+            kind = type(err.exc)
+            result.exc_type = kind if self.mode != "process" or _pickles(kind) else None
         result.consumed = self._consumed
         result.rng = None if self.info is None else snapshot_rng(self.info)
         return result
@@ -299,21 +321,24 @@ _SKIPPED = object()
 
 
 def _worker_copy(dataset: Any) -> Any:
-    """A shallow copy for one thread worker, as each torch worker process has its own.
+    """A shallow copy for one thread worker, as each torch worker process has its own
+    (a deep copy of a DataPipe graph: see :mod:`._datapipes`).
 
     ``worker_init_fn`` commonly assigns to ``get_worker_info().dataset`` (a shard's start
     and end); on a shared object, threads would overwrite each other's.  A shallow copy
     shares the data itself (arrays, file handles), so it costs no memory.
     """
     try:
+        if _datapipes.is_datapipe(dataset):
+            return _datapipes.thread_copy(dataset)
         return copy.copy(dataset)
     except Exception:
         return dataset  # not copyable: every thread uses the one object
 
 
-def _pickles(exc: BaseException) -> bool:
+def _pickles(obj: Any) -> bool:
     try:
-        pickle.loads(pickle.dumps(exc))
+        pickle.loads(pickle.dumps(obj))
     except Exception:
         return False
     return True

@@ -1,4 +1,4 @@
-"""The DataLoader's argument checks and its state: plain, versioned JSON data."""
+"""The DataLoader's state: plain, versioned JSON data."""
 
 from __future__ import annotations
 
@@ -18,52 +18,9 @@ KEY_PROGRESS = "progress"
 KEY_NUM_WORKERS = "num_workers"
 KEY_WORKER_KIND = "worker_kind"
 KEY_SKIPPED = "samples_skipped"
-KINDS = ("auto", "thread", "process")
 
 
-def check_arguments(
-    *,
-    num_workers: Any,
-    timeout: float,
-    worker_kind: str,
-    on_error: str,
-    max_skips: Any,
-    prefetch_factor: int | None,
-    persistent_workers: bool,
-    prefetch_bytes: int | None,
-) -> None:
-    """Reject bad DataLoader arguments (torch's wording where torch has a check).
-
-    Raises:
-        ValueError: naming the argument, the value and what to pass instead.
-    """
-    if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
-        raise ValueError(
-            f"num_workers must be 'auto' or an int >= 0, got {num_workers!r}; use "
-            "num_workers=0 to load in the calling thread"
-        )
-    if timeout < 0:
-        raise ValueError(f"timeout option should be non-negative, got {timeout}")
-    if worker_kind not in KINDS:
-        raise ValueError(f"worker_kind must be one of {KINDS}, got {worker_kind!r}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not isinstance(max_skips, int) or max_skips < 0:
-        raise ValueError(f"max_skips must be an int >= 0, got {max_skips!r}")
-    if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
-    if num_workers == 0 and prefetch_factor is not None:
-        raise ValueError(
-            "prefetch_factor option could only be specified with num_workers > 0; "
-            "set prefetch_factor=None"
-        )
-    if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0")
-    if prefetch_bytes is not None and prefetch_bytes < 1:
-        raise ValueError(f"prefetch_bytes must be >= 1 or None, got {prefetch_bytes}")
-
-
-def loader_state(loader: DataLoader) -> dict[str, Any]:
+def loader_state(loader: DataLoader[Any]) -> dict[str, Any]:
     """``loader.state_dict()``: the live epoch's snapshot and progress, or the boundary."""
     state: dict[str, Any] = {
         KEY_VERSION: STATE_VERSION,
@@ -84,7 +41,7 @@ def loader_state(loader: DataLoader) -> dict[str, Any]:
     return state
 
 
-def apply_loader_state(loader: DataLoader, state: dict[str, Any]) -> None:
+def apply_loader_state(loader: DataLoader[Any], state: dict[str, Any]) -> None:
     """``loader.load_state_dict(state)``: resume at the next ``iter()``.
 
     Raises:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._deps import require_torch
+from ._datapipes import apply_shuffle, is_iter_datapipe
 
 # Keys of the sampling part of the loader state.
 KEY_BASE_SEED = "base_seed"
@@ -72,7 +73,11 @@ def build_sampling(
     data = torch.utils.data
     iterable = is_iterable_dataset(dataset)
     if iterable:
-        if shuffle not in (False, None):
+        if is_iter_datapipe(dataset):
+            # A pipe's own .shuffle() steps follow shuffle= (None: as built).
+            apply_shuffle(dataset, shuffle)
+            shuffle = None
+        elif shuffle not in (False, None):
             raise ValueError(
                 "DataLoader with IterableDataset: expected unspecified shuffle option, "
                 f"but got shuffle={shuffle}"

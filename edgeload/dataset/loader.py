@@ -9,7 +9,12 @@ for processes), fixed-size samples are collated straight into reusable slots, an
 ``state_dict()`` resumes mid-epoch exactly, for thread and process workers alike.
 
 One iterator is live at a time: ``iter(loader)`` ends the previous pass (torch does the
-same with ``persistent_workers=True``).
+same with ``persistent_workers=True``).  The loader holds its iterator weakly, so ``del``
+of an unfinished iterator stops its workers at once, as torch's does.
+
+``num_workers`` defaults to 0, as in torch: the default never changes the data (an
+IterableDataset that does not shard itself would yield every sample once per worker).
+``num_workers="auto"`` opts into the device plan.
 """
 
 from __future__ import annotations
@@ -17,24 +22,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from ..errors import ClosedError, WorkerError
+from ._checks import FROZEN, check_arguments, check_context, warn_worker_count
+from ._datapipes import draw_shared_seed, is_iter_datapipe
 from ._device import check_gpu_mode, pin_batch
 from ._epoch import EpochIterator
 from ._executor import make_executor
 from ._fetch import FetchSpec
-from ._resume import (
-    KEY_EPOCH,
-    KEY_ORDER,
-    KEY_PROGRESS,
-    apply_loader_state,
-    check_arguments,
-    loader_state,
-)
+from ._resume import KEY_EPOCH, KEY_ORDER, KEY_PROGRESS, apply_loader_state, loader_state
 from ._sampling import EpochOrder, build_sampling
 from ._slots import LoaderSlots
+from ._thread_seeds import install_seed_hooks
 from ._worker_ctx import get_worker_info, install_torch_hook
 
 __all__ = ["DataLoader", "get_worker_info"]
@@ -43,9 +45,22 @@ _log = logging.getLogger("edgeload")
 
 # Skipped samples remembered for stats(), newest last.
 _SKIP_MEMORY = 32
+# Settings fixed when the workers are first planned; a change re-plans at the next iter().
+_PLANNED = (
+    "num_workers",
+    "worker_kind",
+    "pin_memory",
+    "memory_mode",
+    "prefetch_bytes",
+    "multiprocessing_context",
+)
+# The key in an epoch's order state of the DataPipe shuffle seed.
+KEY_SHARED_SEED = "shared_seed"
+
+T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader:
+class DataLoader(Generic[T_co]):
     """Batches from a dataset, like ``torch.utils.data.DataLoader``, sized for the device.
 
     Args:
@@ -53,7 +68,8 @@ class DataLoader:
         batch_size, shuffle, sampler, batch_sampler, collate_fn, drop_last, timeout,
         worker_init_fn, multiprocessing_context, generator, prefetch_factor,
         persistent_workers, in_order: as in torch (``timeout`` in seconds, 0 = none).
-        num_workers: a count (0 loads in the calling thread), or ``"auto"``: the plan's.
+        num_workers: a count (0, the default as in torch, loads in the calling thread),
+            or ``"auto"``: the plan's.
         pin_memory: True, False or ``"auto"`` (pin when the plan's memory mode is
             ``pinned``; on a device without CUDA that is never).
         worker_kind: ``"thread"``, ``"process"`` or ``"auto"`` (the plan's).
@@ -69,24 +85,28 @@ class DataLoader:
         max_skips: most samples skipped per epoch with ``on_error="skip"``.
 
     Raises:
-        ValueError: an argument torch rejects (same wording) or a bad edgeload one.
+        ValueError: an argument torch rejects (same wording) or a bad edgeload one;
+            also assigning ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last``,
+            ``dataset`` or ``persistent_workers`` after construction, as torch.
+        TypeError: ``multiprocessing_context`` that is no context nor start method.
         PlatformError: an explicit GPU ``memory_mode`` this machine cannot give (the
             message names the mode that would work).
 
-    Iterating raises :class:`~edgeload.errors.WorkerError` (a sample failed, naming its
-    index; a worker process died), :class:`~edgeload.errors.WorkerTimeout` (no batch
-    within ``timeout``) and :class:`~edgeload.errors.PlatformError` (a memory mode this
-    device lacks). ``plan`` holds the plan consulted; ``stats()`` the counters.
+    Iterating raises the dataset's own exception type mixed with
+    :class:`~edgeload.errors.WorkerError` (see :mod:`edgeload.errors`),
+    :class:`~edgeload.errors.WorkerDied` / :class:`~edgeload.errors.WorkerTimeout`
+    (RuntimeErrors, as torch's) and :class:`~edgeload.errors.PlatformError` (a memory
+    mode this device lacks). ``plan`` holds the plan consulted; ``stats()`` the counters.
     """
 
     def __init__(
         self,
         dataset: Any,
         batch_size: int | None = 1,
-        shuffle: bool | None = False,
+        shuffle: bool | None = None,
         sampler: Any = None,
         batch_sampler: Any = None,
-        num_workers: int | Literal["auto"] = "auto",
+        num_workers: int | Literal["auto"] = 0,
         collate_fn: Callable[[Any], Any] | None = None,
         pin_memory: bool | Literal["auto"] = "auto",
         drop_last: bool = False,
@@ -117,6 +137,7 @@ class DataLoader:
         )
         check_gpu_mode(memory_mode, engine)
         self.engine = engine
+        context = check_context(multiprocessing_context, num_workers)
         self.dataset = dataset
         self._sampling = build_sampling(
             dataset,
@@ -137,7 +158,7 @@ class DataLoader:
         self.pin_memory = pin_memory
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
+        self.multiprocessing_context = context
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
         self.in_order = in_order
@@ -150,12 +171,14 @@ class DataLoader:
         self._num_workers_resolved = 0
         self.worker_kind_resolved = "main"
         self._executor: Any = None
-        self._iter: EpochIterator | None = None
         self._slots: LoaderSlots = LoaderSlots(
             enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
         )
         self._memory_mode = "host"
         self._memory_mode_reason = "not planned: the loader was closed before its first iter()"
+        self._planned: tuple[Any, ...] | None = None
+        self._iter_ref: weakref.ref[EpochIterator] | None = None
+        self._len_called: int | None = None
         self._epoch = 0
         self._base_seed: int | None = None
         self._resume: dict[str, Any] | None = None
@@ -163,6 +186,30 @@ class DataLoader:
         self._closed = False
         self._counters = {"batches": 0, "samples_skipped": 0, "epochs": 0}
         self._skips: list[tuple[Any, str]] = []
+        self._start_method = ""
+        self._start_method_reason = ""
+        if worker_kind != "thread":  # threads past the core count are common (I/O waits)
+            warn_worker_count(num_workers)
+        self._initialized = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        initialized = self.__dict__.get("_initialized", False)
+        if initialized and name in FROZEN:
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is "
+                "initialized; build a new DataLoader with the new value"
+            )
+        if initialized and name == "multiprocessing_context":
+            value = check_context(value, self.num_workers)
+        super().__setattr__(name, value)
+
+    @property
+    def _iter(self) -> EpochIterator | None:
+        return None if self._iter_ref is None else self._iter_ref()
+
+    @_iter.setter
+    def _iter(self, it: EpochIterator | None) -> None:
+        self._iter_ref = None if it is None else weakref.ref(it)
 
     # torch's surface ---------------------------------------------------------------
 
@@ -170,7 +217,7 @@ class DataLoader:
         """Batches per epoch, as torch counts them (iterable datasets: from ``len()``)."""
         s = self._sampling
         if s.iterable:
-            length = len(self.dataset)
+            length = self._len_called = len(self.dataset)
             if s.batch_size is not None:
                 length = length // s.batch_size if s.drop_last else math.ceil(length / s.batch_size)
             return int(length)
@@ -185,27 +232,44 @@ class DataLoader:
         self._resolve()
         order = EpochOrder(self._sampling, self.generator)
         resume, self._resume = self._resume, None
+        shared: int | None = None
         if resume is not None:
             self._epoch = int(resume[KEY_EPOCH])
+            shared = resume[KEY_ORDER].get(KEY_SHARED_SEED)
             self._base_seed = order.resume(
                 resume[KEY_ORDER], skip=int(resume[KEY_PROGRESS]["tasks_done"])
             )
             progress: dict[str, Any] | None = resume[KEY_PROGRESS]
         else:
+            if is_iter_datapipe(self.dataset):
+                # torch draws the pipe's shuffle seed first, then the workers' base seed.
+                shared = draw_shared_seed(self.generator)
             keep = self._base_seed if self._persistent and self._executor is not None else None
             self._base_seed = order.start(base_seed=keep)
             progress = None
-        self._iter = EpochIterator(self, order, self._base_seed, resume=progress)
-        return self._iter
+        if shared is not None:
+            order.state[KEY_SHARED_SEED] = shared
+        it = EpochIterator(self, order, self._base_seed, resume=progress, shared_seed=shared)
+        self._iter = it
+        return it
 
     @property
     def _persistent(self) -> bool:
         return self.persistent_workers and self._num_workers_resolved > 0
 
     def _resolve(self) -> None:
-        """Take the plan's choices for what the user left on ``"auto"`` (once)."""
-        if self.plan is not None or self._executor is not None:
+        """Take the plan's choices for what the user left on ``"auto"``.
+
+        Once, and again when a setting it depends on was assigned since (torch reads
+        ``num_workers`` and friends at each ``iter()``).
+        """
+        planned = tuple(getattr(self, name) for name in _PLANNED)
+        if self._planned == planned:
             return
+        if self._planned is not None:
+            self._close_executor()
+            self._slots.close()
+        self._planned = planned
         from ._auto import resolve_plan
 
         choice = resolve_plan(self)
@@ -215,6 +279,7 @@ class DataLoader:
         self._pin = choice.pin_memory
         if choice.worker_kind == "thread":
             install_torch_hook()
+            install_seed_hooks()
         # GPU memory modes cannot be shared with processes: those get host slots.
         self._memory_mode = "host" if choice.worker_kind == "process" else choice.memory_mode
         self._memory_mode_reason = (
@@ -251,6 +316,8 @@ class DataLoader:
             num_workers=self._num_workers_resolved,
             context=self.multiprocessing_context,
         )
+        self._start_method = getattr(self._executor, "start_method", "")
+        self._start_method_reason = getattr(self._executor, "start_method_reason", "")
         return self._executor
 
     def _max_in_flight(self) -> int:
@@ -322,6 +389,8 @@ class DataLoader:
             "worker_kind": self.worker_kind_resolved,
             "memory_mode": self._memory_mode,
             "memory_mode_reason": self._memory_mode_reason,
+            "start_method": self._start_method,
+            "start_method_reason": self._start_method_reason,
             **self._slots.stats(),
         }
 
@@ -339,6 +408,11 @@ class DataLoader:
             self._iter.close()
             self._iter = None
 
+    def _iterator_dropped(self, it: EpochIterator) -> None:
+        """An unfinished iterator was deleted: stop its workers now, as torch does."""
+        if self._iter in (it, None):
+            self._close_executor()
+
     def _close_executor(self) -> None:
         if self._executor is not None:
             self._executor.close()
@@ -352,7 +426,7 @@ class DataLoader:
         self._abandon()
         self._slots.close()
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> DataLoader[T_co]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -82,7 +82,7 @@ def _explain(exc: Exception) -> Exception:
 
 def process_main(
     conn: Connection,
-    payload: bytes,
+    payload: bytes | tuple[Any, Any],
     info_fields: dict[str, Any],
     threads_per_worker: int,
 ) -> None:
@@ -92,7 +92,7 @@ def process_main(
     limit_library_threads(threads_per_worker)
     from ._worker_info import WorkerInfo, set_current
 
-    fn, init_fn = pickle.loads(payload)
+    fn, init_fn = pickle.loads(payload) if isinstance(payload, bytes) else payload
     info = WorkerInfo(**info_fields, stop_event=threading.Event())
     set_current(info)
     wid, parent = info.id, os.getppid()

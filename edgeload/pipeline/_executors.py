@@ -134,14 +134,12 @@ class ProcessBackend:
         threads_per_worker: int,
         name: str,
     ) -> None:
-        try:
-            payload = pickle.dumps((fn, init_fn))
-        except Exception as exc:
-            raise ValueError(
-                f"{name}: process workers need a picklable fn and init_fn (a module-level "
-                f"function or functools.partial), got {fn!r}, {init_fn!r}: {exc}; define "
-                "them at module level, or use kind='thread'"
-            ) from exc
+        payload: Any = (fn, init_fn)  # fork: the child inherits them, nothing is pickled
+        if start_method != "fork":
+            # Locks and shared values pickle only while a process is being spawned: if
+            # this fails, Process pickles them then (and reports anything else).
+            with contextlib.suppress(Exception):
+                payload = pickle.dumps(payload)
         ctx = multiprocessing.get_context(start_method)
         self.conns: list[multiprocessing.connection.Connection] = []
         self.procs: list[Any] = []
@@ -157,8 +155,19 @@ class ProcessBackend:
                 daemon=True,
             )
             # forkserver children inherit the server's environment: the first pool's cap.
-            with thread_env(threads_per_worker):
-                proc.start()
+            try:
+                with thread_env(threads_per_worker):
+                    proc.start()
+            except Exception as exc:
+                parent_conn.close()
+                child_conn.close()
+                self.close(0.0)
+                raise ValueError(
+                    f"{name}: {start_method} process workers need a picklable fn and init_fn "
+                    f"(module-level functions, classes and functools.partial), got {fn!r}, "
+                    f"{init_fn!r}: {type(exc).__name__}: {exc}; define them at module "
+                    "level, start with 'fork' (Linux), or use kind='thread'"
+                ) from exc
             child_conn.close()
             self.conns.append(parent_conn)
             self.procs.append(proc)

@@ -6,17 +6,29 @@ importing the pool machinery.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import io
 import multiprocessing
 import os
+import pickle
 import sys
 import threading
+import types
 from typing import Any
 
 from ..errors import PlatformError
 from ..vocabulary import WorkerKind
 
-__all__ = ["WorkerInfo", "WorkerKind", "choose_start_method", "current_worker", "set_current"]
+__all__ = [
+    "WorkerInfo",
+    "WorkerKind",
+    "choose_start_method",
+    "current_worker",
+    "set_current",
+    "start_method_for",
+]
 
 
 @dataclasses.dataclass
@@ -96,3 +108,105 @@ def choose_start_method(requested: str | None = None) -> str:
     if "fork" in methods and _os_thread_count() == 1 and not _cuda_initialised():
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
+
+
+class _MainFinder(pickle.Pickler):
+    """Pickles to nowhere, noting whether anything defined in ``__main__`` is referenced."""
+
+    uses_main = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)) and (
+            getattr(obj, "__module__", None) == "__main__"
+        ):
+            self.uses_main = True
+        return NotImplemented
+
+
+def _why_not_picklable(payload: Any) -> tuple[str, bool]:
+    """('' or why ``payload`` does not pickle, whether it refers to ``__main__``)."""
+    finder = _MainFinder(io.BytesIO())
+    try:
+        finder.dump(payload)
+    except Exception as exc:  # locals, lambdas, locks, shared values, open files...
+        return f"{type(exc).__name__}: {exc}", finder.uses_main
+    return "", finder.uses_main
+
+
+@functools.lru_cache(maxsize=8)
+def _has_main_guard(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return True  # cannot tell: assume the script is written for spawn
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            names = [node.test.left, *node.test.comparators]
+            text = {getattr(n, "id", None) for n in names} | {
+                getattr(n, "value", None) for n in names
+            }
+            if {"__name__", "__main__"} <= text:
+                return True
+    return False
+
+
+def _why_fork(payload: Any) -> str:
+    """Why only ``fork`` can start workers for ``payload`` here ('' when others can)."""
+    failure, uses_main = _why_not_picklable(payload)
+    if failure:
+        return f"what the workers run does not pickle ({failure})"
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None and uses_main:
+        return (
+            "it uses classes or functions of a main module that has no file (interactive "
+            "session, notebook or -c), which spawn/forkserver workers cannot import"
+        )
+    if path is not None and not _has_main_guard(str(path)):
+        return (
+            "the main script has no `if __name__ == '__main__':` guard, so spawn/"
+            "forkserver workers would run it again"
+        )
+    return ""
+
+
+def start_method_for(requested: str | None, payload: Any) -> tuple[str, str]:
+    """The start method for process workers that run ``payload``, and the reason.
+
+    With no request: ``fork`` where only fork can load ``payload`` (it does not pickle,
+    or spawn would re-run an unguarded main script), as torch's default start method on
+    Linux does; otherwise fork while the process has one thread, else forkserver.
+
+    Raises:
+        ValueError / PlatformError: as :func:`choose_start_method`; and when only fork
+            could start these workers but CUDA is initialised.
+    """
+    if requested is not None:
+        return choose_start_method(requested), "requested (multiprocessing_context)"
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" not in methods:
+        method = multiprocessing.get_start_method(allow_none=False)
+        return method, f"this platform cannot fork: its default, {method}"
+    why = _why_fork(payload)
+    if why and _cuda_initialised():
+        raise PlatformError(
+            f"process workers would need fork ({why}), but CUDA is initialised and a "
+            "forked worker cannot use it; define the dataset at module level (so spawn "
+            "can load it), or use worker_kind='thread'"
+        )
+    if why:
+        return "fork", f"fork, as torch does: {why}"
+    return choose_start_method(), _default_reason()
+
+
+def _default_reason() -> str:
+    if _cuda_initialised():
+        return "CUDA is initialised: forked workers could not use it"
+    threads = _os_thread_count()
+    if threads == 1:
+        return "one thread in this process: fork is safe and starts fastest"
+    return (
+        f"{threads} threads in this process: a forked worker could inherit a lock one of "
+        "them holds; forkserver starts clean (pass multiprocessing_context='fork' to fork)"
+    )

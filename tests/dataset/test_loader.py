@@ -176,7 +176,7 @@ def test_a_start_method_means_process_workers_and_auto_means_the_plan():
     with DataLoader(DictDS(), batch_size=8, num_workers=1, multiprocessing_context="fork") as ld:
         assert sum(len(b["y"]) for b in ld) == N
         assert ld.stats()["worker_kind"] == "process"
-    with DataLoader(DictDS(), batch_size=8) as ld:
+    with DataLoader(DictDS(), batch_size=8, num_workers="auto") as ld:
         list(ld)
         plan = edgeload.plan_for(batch=8)
         assert ld.stats()["num_workers"] == plan.num_workers

@@ -78,6 +78,7 @@ def test_a_raising_sample_raises_worker_error_naming_it(mode):
         assert info.value.index == 5
         assert "corrupt record 5" in info.value.traceback_text
         assert isinstance(info.value.__cause__, OSError)
+        assert isinstance(info.value, OSError)  # `except OSError` catches it, as with torch
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -162,7 +163,7 @@ def test_close_stops_workers_and_use_after_close_raises():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_workers": -1}, "num_workers must be 'auto' or an int >= 0, got -1"),
+        ({"num_workers": -1}, "num_workers option should be non-negative; got -1"),
         ({"worker_kind": "gpu"}, "worker_kind must be one of"),
         ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip'"),
         ({"max_skips": -2}, "max_skips must be an int >= 0"),

@@ -1,0 +1,69 @@
+"""torch's DataPipe rules, applied as torch's DataLoader applies them.
+
+An ``IterDataPipe`` is an IterableDataset that the loader configures: ``shuffle=``
+switches its ``.shuffle()`` steps on or off, each epoch reseeds them from one shared
+seed (so every worker shuffles alike), and in a worker ``sharding_filter`` keeps one
+worker's share.  Thread workers each get a deep copy of the pipe graph: a pipe allows one
+live iterator at a time, and the sharding settings are per copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .._deps import require_torch
+
+
+def is_datapipe(dataset: Any) -> bool:
+    """Whether ``dataset`` is an ``IterDataPipe`` or ``MapDataPipe``."""
+    data = require_torch().utils.data
+    kinds = tuple(
+        k for k in (getattr(data, "IterDataPipe", None), getattr(data, "MapDataPipe", None)) if k
+    )
+    return bool(kinds) and isinstance(dataset, kinds)
+
+
+def is_iter_datapipe(dataset: Any) -> bool:
+    kind = getattr(require_torch().utils.data, "IterDataPipe", None)
+    return kind is not None and isinstance(dataset, kind)
+
+
+def apply_shuffle(dataset: Any, shuffle: bool | None) -> Any:
+    """``shuffle=True/False`` turns the pipe's shuffle steps on/off; None leaves them."""
+    if shuffle is None:
+        return dataset
+    from torch.utils.data import graph_settings
+
+    return graph_settings.apply_shuffle_settings(dataset, shuffle=shuffle)
+
+
+def draw_shared_seed(generator: Any) -> int:
+    """The epoch's shuffle seed for every copy of the pipe, drawn as torch draws it."""
+    torch = require_torch()
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def reseed(dataset: Any, seed: int) -> None:
+    """Seed the pipe's random steps (its shuffles) for one epoch."""
+    torch = require_torch()
+    from torch.utils.data import graph_settings
+
+    apply = getattr(graph_settings, "apply_random_seed", None)
+    if apply is None:  # torch < 1.13 seeds shuffles from the global generator
+        return
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    apply(dataset, gen)
+
+
+def shard(dataset: Any, num_workers: int, worker_id: int) -> None:
+    """Keep worker ``worker_id``'s share at each ``sharding_filter``."""
+    from torch.utils.data import graph_settings
+
+    graph_settings.apply_sharding(dataset, num_workers, worker_id)
+
+
+def thread_copy(dataset: Any) -> Any:
+    """A copy of the pipe graph for one thread worker."""
+    return copy.deepcopy(dataset)
