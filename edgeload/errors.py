@@ -44,7 +44,6 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerTimeout",
-    "worker_exception",
 ]
 
 
