@@ -58,19 +58,44 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(platform)
     plan = plan_for(streams=args.streams, frame=args.frame, platform=platform, profile=profile)
     sources = [_target(uri, platform, plan) for uri in args.source]
+    missing = fallbacks() if platform.live else []
     if args.json:
         out = platform.to_dict()
         out["profile"] = {"source": profile.source, **profile.to_dict()}
         out["plan"] = plan.to_dict()
         out["sources"] = sources
+        out["fallbacks"] = [{"lacks": lack, "instead": instead} for lack, instead in missing]
         print(json.dumps(out, indent=2, default=str))
     else:
         print(_describe(platform, plan))
+        if missing:
+            print("\nfallbacks (what this box lacks -> what edgeload does instead)")
+            for lack, instead in missing:
+                print(f"  {lack}\n    -> {instead}")
         for src in sources:
             print(
                 f"\nsource {src['uri']}\n  {src['kind']} via {src['backend']}: {src['open_string']}"
             )
     return 0
+
+
+def fallbacks() -> list[tuple[str, str]]:
+    """What this Python's torch and OpenCV lack that edgeload uses, and what it does instead.
+
+    Only for the running machine (a --root tree has no torch or OpenCV to ask).
+    """
+    from .._deps import has_module
+
+    found: list[tuple[str, str]] = []
+    if has_module("torch"):
+        from ..dataset._worker_ctx import thread_worker_fallbacks
+
+        found += thread_worker_fallbacks()
+    if has_module("cv2"):
+        from ..video._cv_features import capture_fallbacks
+
+        found += capture_fallbacks()
+    return found
 
 
 def _target(uri: str, platform: Platform, plan: Plan) -> dict[str, str]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from .._deps import require_cv2
 from ..errors import SourceError
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
+from ._cv_features import capture_features
 from ._ffmpeg import OPTIONS_VAR, THREADS_VAR, network_options, scoped_env
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
@@ -249,22 +250,23 @@ def open_capture(
     RTSP goes over TCP unless the target asks for UDP.
     """
     cv2 = require_cv2()
+    features = capture_features()  # what this OpenCV lacks: see _cv_features.py
     params: list[int] = []
-    for name, value in (
-        ("CAP_PROP_OPEN_TIMEOUT_MSEC", int(open_timeout_s * 1000)),
-        ("CAP_PROP_READ_TIMEOUT_MSEC", int(read_timeout_s * 1000)),
-        ("CAP_PROP_N_THREADS", ffmpeg_threads),
+    for usable, name, value in (
+        (features.open_timeout, "CAP_PROP_OPEN_TIMEOUT_MSEC", int(open_timeout_s * 1000)),
+        (features.read_timeout, "CAP_PROP_READ_TIMEOUT_MSEC", int(read_timeout_s * 1000)),
+        (features.n_threads, "CAP_PROP_N_THREADS", ffmpeg_threads),
     ):
-        const = getattr(cv2, name, None)  # absent in older OpenCV 4.x
         # Only FFmpeg takes them all: OpenCV's GStreamer backend (4.6) fails the whole
         # open on a property it cannot set, and a camera index goes to V4L2.
-        if const is not None and target.backend == "ffmpeg":
-            params += [const, value]
+        if usable and target.backend == "ffmpeg":
+            params += [getattr(cv2, name), value]
     env: dict[str, str] = {}
     if target.backend == "ffmpeg" and target.kind in NETWORK_KINDS:
         env[OPTIONS_VAR] = network_options(target.rtsp_transport)
-    if target.backend == "ffmpeg" and not hasattr(cv2, "CAP_PROP_N_THREADS"):
-        # OpenCV < 4.8 reads the decode thread count from the environment at open.
+    if target.backend == "ffmpeg" and not features.n_threads:
+        # Without CAP_PROP_N_THREADS (before 4.7) this variable is the only thread
+        # control OpenCV might read; builds that ignore it leave FFmpeg's own count.
         env[THREADS_VAR] = str(ffmpeg_threads)
     api = {"gstreamer": cv2.CAP_GSTREAMER, "ffmpeg": cv2.CAP_FFMPEG, "any": cv2.CAP_ANY}
     where: str | int = target.index if target.index is not None else target.open_string

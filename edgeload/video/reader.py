@@ -9,16 +9,22 @@ colour conversion or copy.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
 
 from .._deps import require_cv2
+from ._cutoff import GuardedCapture, guard_for
 from .capture import Target, open_capture
 from .clock import AgeOrigin, CaptureClock, LiveEdge
 from .source import FrameInfo, SourceState, VideoSource
+
+_log = logging.getLogger("edgeload")
 
 # A sink takes the decoded BGR frame (only valid during the call) and its info, and
 # returns False when the reader should stop.
@@ -95,6 +101,8 @@ class StreamReader:
         self._thread = threading.Thread(
             target=self._run, name=f"edgeload-video-{stream_id}", daemon=True
         )
+        # Only where OpenCV cannot time out network opens and reads (before 4.5.4)
+        self._guard = guard_for(target, name=f"edgeload-video-{stream_id}-guard")
 
     def start(self) -> None:
         """Start the reader thread."""
@@ -108,6 +116,8 @@ class StreamReader:
     def stop(self) -> None:
         """Ask the thread to stop; it notices within one read (or read timeout)."""
         self._stop.set()
+        if self._guard is not None:
+            self._guard.stop()  # frees a read blocked on a silent camera
 
     def join(self, timeout_s: float) -> bool:
         """Wait for the thread; return whether it has ended."""
@@ -124,6 +134,31 @@ class StreamReader:
         return self.frames / max(1e-9, time.monotonic() - self._started_at)
 
     def _run(self) -> None:
+        guard = self._guard
+        if guard is None:
+            self._read_loop()
+            return
+        guard.start()
+        try:
+            self._read_loop()
+        finally:
+            guard.stop()
+            if not guard.join(1.0):
+                _log.warning("edgeload: stall guard of stream %d did not stop", self.stream_id)
+
+    @contextlib.contextmanager
+    def _blocking(self, timeout_s: float) -> Iterator[None]:
+        """Tell the stall guard (if any) that an OpenCV call may now block."""
+        if self._guard is None:
+            yield
+            return
+        self._guard.enter(timeout_s)
+        try:
+            yield
+        finally:
+            self._guard.leave()
+
+    def _read_loop(self) -> None:
         until = time.monotonic() + self.source.open_timeout_s * 2
         for event in self._gate or ():
             event.wait(max(0.0, until - time.monotonic()))
@@ -134,12 +169,15 @@ class StreamReader:
             self.attempts += 1
             started = time.monotonic()
             try:
-                cap = open_capture(
-                    self.target,
-                    open_timeout_s=self.source.open_timeout_s,
-                    read_timeout_s=self.source.read_timeout_s,
-                    ffmpeg_threads=self._ffmpeg_threads,
-                )
+                with self._blocking(self.source.open_timeout_s):
+                    cap = open_capture(
+                        self.target,
+                        open_timeout_s=self.source.open_timeout_s,
+                        read_timeout_s=self.source.read_timeout_s,
+                        ffmpeg_threads=self._ffmpeg_threads,
+                    )
+                if cap is not None and self._guard is not None:
+                    cap = GuardedCapture(cap, self._guard, self.source.read_timeout_s)
             except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
                 cap, self.last_error = None, f"open raised {exc!r}"
             self.opened.set()
