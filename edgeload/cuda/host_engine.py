@@ -323,6 +323,26 @@ class HostEngine:
         """Queue a "kernel" that keeps ``stream`` (default: current) busy for ``seconds``."""
         (stream or self.current_stream()).submit(seconds, lambda: None)
 
+    def read_later(self, tensor: Any, *, stream: HostStream | None = None) -> Any:
+        """Queue a "kernel" that reads ``tensor`` when it runs; returns what it read.
+
+        Like a real kernel it keeps slot memory mapped but not the slot's lease: drop
+        ``tensor`` at once and the slot pool's fence is all that protects the bytes.
+        """
+        torch = require_torch()
+        out = torch.empty_like(tensor)
+        owner = find_owner(tensor)
+        address, nbytes = address_of(tensor), int(tensor.nbytes)
+        flat = out.view(torch.uint8).numpy().reshape(-1) if nbytes else None
+        keep: Any = owner if owner is not None else tensor
+
+        def read(keep: Any = keep) -> None:
+            if flat is not None:
+                flat[:] = _window(address, nbytes)
+
+        (stream or self.current_stream()).submit(self.copy_delay_s, read)
+        return out
+
     def synchronize(self, timeout_s: float = WAIT_LIMIT_S) -> None:
         """Block until every stream has run what is queued on it."""
         with self._lock:

@@ -78,13 +78,14 @@ class DeviceCopier:
 
     def __init__(self, *, device: Any = None, engine: Any = None) -> None:
         self.engine = engine if engine is not None else default_engine()
+        wanted = device if device is not None else "cuda"
         status = self.engine.status()
         if not status.usable:
             raise PlatformError(
-                f"DeviceCopier needs a CUDA device; {status.reason}. "
+                f"device={str(wanted)!r} needs a CUDA device; {status.reason}. "
                 "Keep batches on the CPU (device=None, memory_mode='host')."
             )
-        self.device = self.engine.check_device(device if device is not None else "cuda")
+        self.device = self.engine.check_device(wanted)
         self._stream = self.engine.new_stream(self.device)
         self._lock = threading.Lock()
         self.copies = 0

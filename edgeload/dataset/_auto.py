@@ -24,6 +24,7 @@ class LoaderChoice:
     pin_memory: bool
     memory_mode: str
     """Slot memory: the plan's mode (``host`` without CUDA)."""
+    memory_mode_reason: str
     slot_count: int
     prefetch_bytes: int | None
 
@@ -37,13 +38,16 @@ def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
         # A start method only means something for processes: the user asked for them.
         explicit_kind = "process"
     explicit_count = loader.num_workers if loader.num_workers != "auto" else None
+    # An explicit mode on an explicit engine was checked against that engine (in the
+    # constructor); the plan judges modes by this machine's probe, which knows no engine.
+    engine_mode = getattr(loader, "engine", None) is not None and loader.memory_mode != "auto"
     plan = plan_for(
         batch=loader.batch_size or 1,
         prefetch_bytes=loader.prefetch_bytes,
         worker_kind=explicit_kind,
         # The profile knows no 0 ("load in the calling thread"): ask for 1 and ignore it.
         num_workers=explicit_count or None,
-        memory_mode=None if loader.memory_mode == "auto" else loader.memory_mode,
+        memory_mode=None if loader.memory_mode == "auto" or engine_mode else loader.memory_mode,
     )
     count = int(plan.num_workers if explicit_count is None else explicit_count)
     kind = plan.worker_kind if explicit_kind is None else explicit_kind
@@ -66,7 +70,12 @@ def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
         num_workers=count,
         worker_kind="main" if count == 0 else str(kind),
         pin_memory=bool(pin),
-        memory_mode=str(plan.memory_mode),
+        memory_mode=str(loader.memory_mode if engine_mode else plan.memory_mode),
+        memory_mode_reason=(
+            f"asked for explicitly, on the {loader.engine.name} engine"
+            if engine_mode
+            else str(plan.reasons.get("memory_mode", ""))
+        ),
         slot_count=max(2, in_flight + 2),
         prefetch_bytes=loader.prefetch_bytes or int(plan.prefetch_bytes) or None,
     )

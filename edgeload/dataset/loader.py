@@ -285,7 +285,7 @@ class DataLoader(Generic[T_co]):
         self._memory_mode_reason = (
             "process workers write shared host slots"
             if self._memory_mode != choice.memory_mode
-            else choice.plan.reasons.get("memory_mode", "")
+            else choice.memory_mode_reason
         )
         self._slots = LoaderSlots(
             enabled=self.collate_fn is None and self._sampling.auto_collation,

@@ -141,7 +141,7 @@ def test_zero_copy_view_of_host_memory_is_refused_with_the_fix():
 @no_cuda_only
 def test_device_copier_without_cuda_says_why():
     with pytest.raises(
-        PlatformError, match=r"DeviceCopier needs a CUDA device; .*memory_mode='host'"
+        PlatformError, match=r"device='cuda' needs a CUDA device; .*memory_mode='host'"
     ):
         DeviceCopier()
 
