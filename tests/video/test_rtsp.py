@@ -24,10 +24,6 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 pytestmark = pytest.mark.rtsp
 
 
-def server_available() -> bool:
-    return system_python_has(RTSP_SERVER_PROBE)
-
-
 class RtspServer:
     """``tests/rtsp_server.py`` in a subprocess, started and stopped by the test."""
 
@@ -73,10 +69,6 @@ def free_port() -> int:
 
 @pytest.fixture
 def server():
-    if not server_available():
-        missing(
-            "RTSP", "needs Debian's gst-rtsp-server for /usr/bin/python3 (scripts/_system_deps.sh)"
-        )
     srv = RtspServer(free_port())
     yield srv
     srv.stop()
