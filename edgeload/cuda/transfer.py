@@ -96,12 +96,17 @@ class DeviceCopier:
         """The side stream the copies run on."""
         return self._stream
 
-    def copy(self, view: Any) -> Transfer:
+    def copy(self, view: Any, *, hold: bool = True) -> Transfer:
         """Queue a copy of ``view`` (numpy or CPU tensor) to the GPU and return at once.
 
-        The view is held, and its slot fenced, until the copy has run (see
-        edgeload.cuda.memory.gpu_busy). Page-locked memory gives a truly asynchronous
-        copy; pageable host memory works but the CPU waits while it is staged.
+        Page-locked memory gives a truly asynchronous copy; pageable host memory works
+        but the CPU waits while it is staged.
+
+        Args:
+            view: the batch.
+            hold: keep ``view`` alive, and its bytes fenced, until the copy has run (see
+                edgeload.cuda.memory.gpu_busy). A slot pool that leased ``view`` with
+                this copier's stream current fences it by itself: pass False there.
         """
         torch = require_torch()
         source = torch.from_numpy(view) if isinstance(view, np.ndarray) else view
@@ -110,20 +115,25 @@ class DeviceCopier:
             target = engine.to_device(source, self.device, non_blocking=True)
             event = engine.new_event()
             event.record(self._stream)
-        record_gpu_use(view, stream=self._stream)
+        if hold:
+            record_gpu_use(view, stream=self._stream)
         with self._lock:
             self.copies += 1
             self.bytes_copied += int(source.nbytes)
         return Transfer(target, event=event, nbytes=int(source.nbytes), engine=engine)
 
-    def to_device(self, view: Any) -> Transfer:
+    def to_device(self, view: Any, *, hold: bool = True) -> Transfer:
         """Bring a slot view to the GPU the way its memory mode allows.
 
         ``mapped`` and ``managed`` memory is viewed in place (zero copies, see
         edgeload.cuda.memory.as_cuda_tensor); ``pinned`` memory is copied asynchronously
         (copy()); ``host`` memory is copied while the CPU waits.
+
+        Args:
+            view: a slot view, or any array or CPU tensor.
+            hold: as for copy().
         """
         if memory_mode_of(view) in ("mapped", "managed"):
             tensor = as_cuda_tensor(view, device=self.device)
             return Transfer(tensor, event=None, nbytes=0, engine=self.engine)
-        return self.copy(view)
+        return self.copy(view, hold=hold)

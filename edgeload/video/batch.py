@@ -164,12 +164,16 @@ def build_batch(
     reads it has completed, and the consumer's stream waits for the copy.
     """
     torch = require_torch()
-    view = sealed.pool.lease(sealed.slot)
     if copier is None:
-        frames = torch.from_numpy(view)
+        frames = torch.from_numpy(sealed.pool.lease(sealed.slot))
     else:
-        frames = copier.to_device(view).tensor()
-        del view  # the transfer holds what it still needs
+        # Leased with the copier's stream current: when the view goes, the pool fences
+        # the slot on that stream (and on this thread's), so it is not written again
+        # before the copy has read it.
+        with copier.engine.use_stream(copier.stream):
+            view = sealed.pool.lease(sealed.slot)
+        frames = copier.to_device(view, hold=False).tensor()
+        del view
     now = time.monotonic()
     metas: list[FrameMeta | None] = []
     for place in range(len(sealed.valid)):
