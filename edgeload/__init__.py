@@ -1,5 +1,8 @@
 """edgeload: data loading for PyTorch on edge devices."""
 
+# First: on a Python older than the floor (JetPack 4.6's 3.6) this raises a readable
+# ImportError before any module that needs a newer Python is parsed.
+from . import _floor  # noqa: F401
 from ._version import __version__
 from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
 from .checkpoint import load_state, save_state

@@ -11,6 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+from ._floor import dependency_problem
 from .errors import MissingDependency
 
 _HINTS = {
@@ -25,11 +26,21 @@ _HINTS = {
 }
 
 
+_checked: set[str] = set()
+
+
 def _import(name: str) -> ModuleType:
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ImportError as exc:
         raise MissingDependency(f"{_HINTS[name]} ({exc})") from exc
+    if name not in _checked:
+        # below the floor, edgeload would fail later with an AttributeError from deep inside
+        problem = dependency_problem(name, str(getattr(module, "__version__", "0")))
+        if problem is not None:
+            raise MissingDependency(problem)
+        _checked.add(name)
+    return module
 
 
 def require_torch() -> Any:

@@ -20,6 +20,7 @@ RANK = {
     "_version": 0,
     "vocabulary": 0,
     "_compat": 0,  # stand-ins for what Python 3.9/3.10 added
+    "_floor": 0,  # the oldest Python, torch and OpenCV
     "_deps": 1,
     "checkpoint": 1,
     "measure": 1,

@@ -147,10 +147,22 @@ def jetson_ids(compatible: tuple[str, ...]) -> JetsonIds:
         return JetsonIds(None, carrier, None, None, super_mode)
     module = modules[0]
     family_name, soc = JETSON_MODULES[module[:5]]
-    # A DT may list several SKUs of one module (Xavier NX lists -0000 and -0001): then
-    # only the module family is certain.
-    name = JETSON_SKUS.get(module, family_name) if len(set(modules)) == 1 else family_name
-    return JetsonIds(module, carrier, name, soc, super_mode)
+    # A DT may list several SKUs of one module (Xavier NX lists -0000 and -0001; an Orin
+    # Nano on JetPack 5, -0003 and -0005): then the name is what those SKUs share.
+    name = JETSON_SKUS.get(module, family_name) if len(set(modules)) == 1 else None
+    return JetsonIds(module, carrier, name or _shared_name(modules, family_name), soc, super_mode)
+
+
+def _shared_name(modules: list[str], family_name: str) -> str:
+    """The words all listed SKUs' names begin with ("Jetson Orin Nano 8GB"), if they name
+    more than the family's first two words; else the family name ("Jetson Orin NX/Nano")."""
+    names = [JETSON_SKUS.get(m, family_name).split() for m in modules]
+    shared: list[str] = []
+    for words in zip(*names):
+        if any(w != words[0] for w in words):
+            break
+        shared.append(words[0])
+    return " ".join(shared) if len(shared) > 2 else family_name
 
 
 def parse_tegra_release(text: str | None) -> tuple[str | None, str | None]:

@@ -1,0 +1,66 @@
+"""Below the floor (Python 3.8, torch 1.11, OpenCV 4.5.1) edgeload says what is too old."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+
+from edgeload import MissingDependency, _deps
+from edgeload._floor import check_python, dependency_problem, version_tuple
+
+PACKAGE = Path(__file__).resolve().parents[1] / "edgeload"
+
+
+def test_python_36_gets_a_sentence_naming_the_floor_and_what_to_do():
+    with pytest.raises(ImportError) as caught:
+        check_python((3, 6, 9, "final", 0))
+    text = str(caught.value)
+    assert "needs Python 3.8 or newer; this is Python 3.6.9" in text
+    assert "JetPack 4.6" in text and "docs/platforms.md" in text
+    check_python((3, 8, 10, "final", 0))  # the floor itself passes
+
+
+def test_the_check_runs_before_anything_else_and_parses_on_python_36():
+    init = ast.parse((PACKAGE / "__init__.py").read_text())
+    first = next(n for n in init.body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    assert isinstance(first, ast.ImportFrom) and [a.name for a in first.names] == ["_floor"]
+    for name in ("__init__.py", "_floor.py"):
+        ast.parse((PACKAGE / name).read_text(), feature_version=(3, 6))
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "ok"),
+    [
+        ("torch", "1.10.0a0+git36449ea", False),  # JetPack 4.6's newest
+        ("torch", "1.11.0", True),
+        ("torch", "2.1.2+cpu", True),
+        ("cv2", "4.1.1", False),  # JetPack 4.6
+        ("cv2", "4.5.1", True),
+        ("cv2", "4.10.0", True),
+    ],
+)
+def test_dependency_floor(name, version, ok):
+    problem = dependency_problem(name, version)
+    assert (problem is None) == ok
+    if not ok:
+        assert version in problem and "older than edgeload's floor" in problem
+        assert "pip install" in problem
+
+
+def test_version_tuple():
+    assert version_tuple("1.10.0a0+git36449ea") == (1, 10, 0)
+    assert version_tuple("4.5.1") == (4, 5, 1)
+
+
+@pytest.mark.parametrize(("module", "old"), [(torch, "1.10.2"), (cv2, "4.1.1")])
+def test_the_first_loader_call_names_a_too_old_torch_or_opencv(monkeypatch, module, old):
+    name = module.__name__
+    monkeypatch.setattr(module, "__version__", old)
+    monkeypatch.setattr(_deps, "_checked", set())
+    require = _deps.require_torch if name == "torch" else _deps.require_cv2
+    with pytest.raises(MissingDependency, match=f"{old} is older than edgeload's floor"):
+        require()
