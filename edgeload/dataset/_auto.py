@@ -29,6 +29,14 @@ class LoaderChoice:
     prefetch_bytes: int | None
 
 
+def _start_method(loader: DataLoader[Any]) -> str | None:
+    context = loader.multiprocessing_context
+    if context is None or isinstance(context, str):
+        return context
+    get = getattr(context, "get_start_method", None)
+    return str(get()) if callable(get) else None
+
+
 def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
     """Fill what ``loader`` left on ``"auto"`` from ``edgeload.platform.plan.plan_for``."""
     from ..platform.plan import plan_for
@@ -53,7 +61,10 @@ def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
     kind = plan.worker_kind if explicit_kind is None else explicit_kind
     pin = loader.pin_memory
     if pin == "auto":
-        pin = plan.memory_mode == "pinned"
+        # Pinning initialises CUDA in this process, after which fork is refused: with
+        # fork workers that are started again each epoch, auto stays unpinned.
+        refork = _start_method(loader) == "fork" and not loader.persistent_workers
+        pin = plan.memory_mode == "pinned" and not refork
     elif pin:
         from ._device import gpu_usable
 

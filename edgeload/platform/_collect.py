@@ -100,7 +100,7 @@ def collect(root: str, *, live: bool) -> Platform:
         # Importing torch costs seconds on a Pi: ask it only where a GPU is known to exist
         # or the program already loaded torch.
         if gpu.present or "torch" in sys.modules:
-            gpu, note = live_facts.ask_torch(gpu)
+            gpu, note = live_facts.ask_torch(gpu, reader)
             if note:
                 notes.append(note)
         opencv = live_facts.ask_opencv(reader)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import re
+import subprocess
 import sys
 import sysconfig
 import warnings
 from typing import Any
 
+from ._nvml import first_visible_gpu
 from ._read import Reader
 from .facts import GpuInfo, OpenCVInfo
 
@@ -35,38 +38,120 @@ def nvidia_gpu_evidence(reader: Reader) -> bool:
     )
 
 
-def ask_torch(gpu: GpuInfo) -> tuple[GpuInfo, str | None]:
-    """``gpu`` updated with what torch sees, and a note when torch could not tell."""
+# Jetson GPU device nodes: nvhost (L4T up to 35) and nvgpu (L4T 36).
+_JETSON_GPU_NODES = ("dev/nvhost-ctrl-gpu", "dev/nvgpu/igpu0/ctrl")
+
+# Asking torch in a child process costs an interpreter start and a CUDA init (seconds):
+# the last resort, bounded.
+_CHILD_TIMEOUT_S = 60.0
+_CHILD_SCRIPT = (
+    "import json, torch\n"
+    "p = torch.cuda.get_device_properties(0)\n"
+    "print(json.dumps({'name': p.name, 'major': p.major, 'minor': p.minor,"
+    " 'memory': p.total_memory, 'integrated': bool(getattr(p, 'is_integrated', False))}))\n"
+)
+
+
+def ask_torch(gpu: GpuInfo, reader: Reader | None = None) -> tuple[GpuInfo, str | None]:
+    """``gpu`` updated with what CUDA would report, and a note when that is unknown.
+
+    CUDA is never initialised here: a process that has not used CUDA yet may still fork
+    workers after probing. Where the facts come from is kept in ``facts_from``: the
+    device tree (Jetson), NVML, the driver's /proc files, torch itself (only when the
+    program had already initialised CUDA), or torch in a child process.
+    """
     torch = _import("torch")
     if torch is None:
         return gpu, "torch not importable: CUDA usability unknown"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            usable = bool(torch.cuda.is_available())
-            if not usable:
-                return dataclasses.replace(gpu, cuda_usable=False), None
-            props = torch.cuda.get_device_properties(0)
+        if torch.cuda.is_initialized():  # already paid for: asking adds nothing
+            return _from_props(gpu, torch.cuda.get_device_properties(0), "torch"), None
     except Exception as exc:
         return dataclasses.replace(gpu, cuda_usable=False), f"torch.cuda failed: {exc}"
+    reader = reader if reader is not None else Reader("/")
+    return learn_gpu(gpu, reader, torch_cuda=getattr(torch.version, "cuda", None))
+
+
+def learn_gpu(
+    gpu: GpuInfo,
+    reader: Reader,
+    *,
+    torch_cuda: str | None,
+    nvml_library: str = "libnvidia-ml.so.1",
+) -> tuple[GpuInfo, str | None]:
+    """The CUDA facts a process that has not initialised CUDA can learn (see ask_torch).
+
+    Args:
+        gpu: what the files under the probe root said.
+        reader: the probe root (device nodes, the driver's /proc files).
+        torch_cuda: ``torch.version.cuda`` (None: a CPU or ROCm build).
+        nvml_library: NVML's library name (tests point it elsewhere).
+    """
+    if torch_cuda is None:
+        return dataclasses.replace(gpu, cuda_usable=False, facts_from="torch build"), None
+    if gpu.integrated:
+        nodes = [p for p in _JETSON_GPU_NODES if reader.exists(p)]
+        source = "device tree" + (f" + /{nodes[0]}" if nodes else "")
+        return dataclasses.replace(gpu, cuda_usable=bool(nodes), facts_from=source), None
+    found = first_visible_gpu(nvml_library)
+    if found is not None:
+        return (
+            dataclasses.replace(
+                gpu,
+                present=gpu.present or found.visible > 0,
+                integrated=False if found.visible else gpu.integrated,
+                name=found.name or gpu.name,
+                compute_capability=found.compute_capability or gpu.compute_capability,
+                memory_bytes=found.memory_bytes or gpu.memory_bytes,
+                cuda_usable=found.visible > 0,
+                facts_from="NVML",
+            ),
+            None,
+        )
+    if reader.listdir("proc/driver/nvidia/gpus"):
+        # The driver's files give the model, not the compute capability: enough for a plan.
+        return dataclasses.replace(gpu, cuda_usable=True, facts_from="/proc/driver/nvidia"), None
+    if gpu.present:
+        return _ask_child(gpu)
+    return dataclasses.replace(gpu, cuda_usable=False, facts_from="no NVIDIA driver files"), None
+
+
+def _from_props(gpu: GpuInfo, props: Any, source: str) -> GpuInfo:
     integrated = getattr(props, "is_integrated", None)
-    cc = f"{props.major}.{props.minor}"
     io_coherent = gpu.io_coherent
     if integrated:
         io_coherent = (props.major, props.minor) >= (7, 2)
-    return (
-        dataclasses.replace(
-            gpu,
-            present=True,
-            integrated=bool(integrated) if integrated is not None else gpu.integrated,
-            io_coherent=io_coherent,
-            name=str(props.name),
-            compute_capability=cc,
-            cuda_usable=True,
-            memory_bytes=int(props.total_memory),
-        ),
-        None,
+    return dataclasses.replace(
+        gpu,
+        present=True,
+        integrated=bool(integrated) if integrated is not None else gpu.integrated,
+        io_coherent=io_coherent,
+        name=str(props.name),
+        compute_capability=f"{props.major}.{props.minor}",
+        cuda_usable=True,
+        memory_bytes=int(props.total_memory),
+        facts_from=source,
     )
+
+
+class _Props:
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self.name, self.major, self.minor = facts["name"], facts["major"], facts["minor"]
+        self.total_memory, self.is_integrated = facts["memory"], facts["integrated"]
+
+
+def _ask_child(gpu: GpuInfo) -> tuple[GpuInfo, str | None]:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=_CHILD_TIMEOUT_S,
+        )
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError) as exc:
+        return dataclasses.replace(gpu, cuda_usable=False), f"torch.cuda in a child failed: {exc}"
+    return _from_props(gpu, _Props(facts), "torch in a child process"), None
 
 
 def _build_flag(info: str, label: str) -> bool:

@@ -117,6 +117,10 @@ class GpuInfo:
     """``torch.cuda.is_available()`` on a live probe; None when not asked."""
     memory_bytes: int | None = None
     """Device memory reported by torch (live only)."""
+    facts_from: str | None = None
+    """Where a live probe learnt ``cuda_usable`` and the rest, without initialising
+    CUDA: ``"device tree ..."``, ``"NVML"``, ``"/proc/driver/nvidia"``, ``"torch"``
+    (CUDA was already initialised), ``"torch in a child process"``, ``"torch build"``."""
 
 
 @dataclass(frozen=True)

@@ -311,3 +311,26 @@ def test_to_device_picks_copy_or_zero_copy_from_the_slot_mode(mode, copied):
         del view, gpu, transfer
         torch.cuda.synchronize()
         assert _wait_for(lambda: pool.stats().leased == 0)
+
+
+_FORK_SCRIPT = """
+import torch, edgeload
+from edgeload.platform.probe import probe
+loader = edgeload.DataLoader(list(range(64)), batch_size=8, num_workers=2,
+                             multiprocessing_context="fork")
+for epoch in range(2):
+    assert sum(len(b) for b in loader) == 64, epoch
+print(probe().gpu.facts_from, "| cuda initialised:", torch.cuda.is_initialized())
+"""
+
+
+def test_explicit_fork_works_on_a_cuda_machine():
+    """Defect 2: the live probe initialised CUDA, so an explicit fork was refused."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cuda initialised: False" in done.stdout, done.stdout
