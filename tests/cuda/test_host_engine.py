@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,3 +253,9 @@ def test_views_alive_at_interpreter_exit_make_no_events():
     )
     assert done.returncode == 0, done.stderr
     assert "could not fence" not in done.stderr
+
+
+def test_the_device_check_script_parses():
+    script = Path(__file__).resolve().parents[2] / "scripts" / "device_check.sh"
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
