@@ -19,6 +19,7 @@ from typing import Any, Tuple
 
 from .._compat import format_exception
 from ..errors import PlatformError
+from ._channel import Channel, wait_ready
 from ._shm import SHM_DIR, detach_all
 from .lifecycle import POLL_INTERVAL_S, limit_library_threads
 
@@ -80,6 +81,40 @@ def _explain(exc: Exception) -> Exception:
     return err
 
 
+class _Stopped(Exception):
+    """The parent asked this worker to stop, closed its pipe, or died."""
+
+
+def _receive(channel: Channel, queued: collections.deque[Any], wait_s: float, parent: int) -> None:
+    """Take every task that has arrived (waiting up to ``wait_s`` for one)."""
+    if wait_s > 0:
+        wait_ready([channel], [], wait_s)
+    for msg in channel.take():
+        if msg is None:
+            raise _Stopped
+        queued.append(msg)
+    if channel.eof or os.getppid() != parent:
+        raise _Stopped  # EOF, or orphaned: the parent died without closing
+
+
+def _reply(channel: Channel, out: Message, queued: collections.deque[Any], parent: int) -> None:
+    """Send one result; while the parent is not reading, keep taking tasks and stops."""
+    try:
+        try:
+            channel.put(out)
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:  # the result did not pickle or found no shared memory
+            channel.put((out[0], out[1], False, Failure.capture(_explain(exc), pickled=True)))
+        while not channel.flush():
+            # A full pipe: the parent is busy in its own code. Wait for it, in steps, so
+            # a stop or the parent's death still ends this worker.
+            wait_ready([channel], [channel], POLL_INTERVAL_S)
+            _receive(channel, queued, 0, parent)
+    except (BrokenPipeError, ConnectionResetError):
+        raise _Stopped from None
+
+
 def process_main(
     conn: Connection,
     payload: bytes | tuple[Any, Any],
@@ -96,34 +131,22 @@ def process_main(
     info = WorkerInfo(**info_fields, stop_event=threading.Event())
     set_current(info)
     wid, parent = info.id, os.getppid()
+    channel = Channel(conn)
+    queued: collections.deque[tuple[int, Any]] = collections.deque()
     try:
         if init_fn is not None:
             out = run_task(init_fn, INIT_INDEX, wid, info, pickled=True)
             if not out[2]:
-                conn.send(out)
+                _reply(channel, out, queued, parent)
                 return
-        queued: collections.deque[tuple[int, Any]] = collections.deque()
         while True:
-            # Read everything waiting before the next task, so a stop (None) queued
+            # Take everything waiting before the next task, so a stop (None) queued
             # behind many tasks is seen after the current task, not after all of them.
-            while conn.poll(0 if queued else POLL_INTERVAL_S):
-                msg = conn.recv()
-                if msg is None:
-                    return
-                queued.append(msg)
-            if not queued:
-                if os.getppid() != parent:
-                    return  # orphaned: the parent died without closing
-                continue
-            msg = queued.popleft()
-            out = run_task(fn, msg[0], wid, msg[1], pickled=True)
-            try:
-                conn.send(out)
-            except (BrokenPipeError, ConnectionResetError):
-                raise
-            except Exception as exc:  # the result did not pickle or found no shared memory
-                conn.send((msg[0], wid, False, Failure.capture(_explain(exc), pickled=True)))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
+            _receive(channel, queued, 0 if queued else POLL_INTERVAL_S, parent)
+            if queued:
+                index, task = queued.popleft()
+                _reply(channel, run_task(fn, index, wid, task, pickled=True), queued, parent)
+    except _Stopped:
         return
     finally:
         info.stop_event.set()

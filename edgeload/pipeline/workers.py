@@ -219,13 +219,15 @@ class WorkerPool:
             self._check_open("get()")
             if deadline is not None and time.monotonic() >= deadline:
                 first = min(self._pending)
+                wid = self._pending[first]
                 raise WorkerTimeout(
                     f"{self.name}: no result within {timeout} s from {self.kind} workers; "
                     f"{len(self._pending)} task(s) pending (first: index {first} on "
-                    f"{self._backend.describe(self._pending[first])}); {self._fn_name} may "
-                    "be hung or stuck on I/O; raise timeout_s= if it is just slow",
+                    f"{self._backend.describe(wid)}{self._backend.stall(wid)}); "
+                    f"{self._fn_name} may be hung or stuck on I/O; raise timeout_s= if it "
+                    "is just slow",
                     index=first,
-                    worker=self._backend.describe(self._pending[first]),
+                    worker=self._backend.describe(wid),
                 )
 
     def _unpack(self, index: int, wid: int, ok: bool, payload: Any) -> WorkerResult:

@@ -130,12 +130,12 @@ def test_init_fn_failure_is_reported(kind):
         with pytest.raises(WorkerError, match=r"ended|exited") as info:  # not a hang
             pool.submit(2)
             pool.get()
-        assert time.monotonic() - t0 < 3.0
+        assert time.monotonic() - t0 < 30.0  # ~ms expected; the bound only rules out a hang
         assert info.value.index == 0  # never run: lost with the worker
 
 
 def test_sigkill_of_a_worker_process_is_reported_with_pid_and_signal_at_once():
-    with WorkerPool(sleep_for, kind="process", num_workers=2, timeout_s=5) as pool:
+    with WorkerPool(sleep_for, kind="process", num_workers=2, timeout_s=60) as pool:
         pool.submit(0.0, worker=1)
         pool.get()  # worker 1 is up
         victim = pool.pids[1]
@@ -144,7 +144,7 @@ def test_sigkill_of_a_worker_process_is_reported_with_pid_and_signal_at_once():
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=rf"pid {victim}\) was killed by SIGKILL") as info:
             pool.get()
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 6.0  # noticed at once, not by the 60 s timeout
         assert info.value.index == index and info.value.worker == f"pid {victim}"
         with pytest.raises(WorkerError, match="SIGKILL"):  # the pool stays broken
             pool.submit(1.0, worker=0)
@@ -173,21 +173,28 @@ def test_a_hung_worker_makes_get_time_out_with_a_clear_message(kind):
         t0 = time.monotonic()
         with pytest.raises(WorkerTimeout, match=r"stuck: no result within 0.3 s .*may be hung"):
             pool.get()
-        assert 0.25 <= time.monotonic() - t0 < 2.0
+        assert 0.25 <= time.monotonic() - t0 < 10.0
         release.set()
         pool.close(timeout_s=0.2)
 
 
+def mark_and_sleep(task: tuple[str, int, float]) -> int:
+    directory, index, seconds = task
+    open(os.path.join(directory, str(index)), "w").close()
+    time.sleep(seconds)
+    return index
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_close_with_work_pending_is_prompt_and_final(kind):
-    pool = WorkerPool(sleep_for, kind=kind, num_workers=2)
-    for _ in range(8):
-        pool.submit(0.3)
-    pool.get(timeout_s=5)
-    t0 = time.monotonic()
-    pool.close(timeout_s=5.0)
-    # Workers finish the task in hand (<= 0.3 s) and drop the 3 queued behind it.
-    assert time.monotonic() - t0 < 0.8
+def test_close_with_work_pending_is_prompt_and_final(kind, tmp_path):
+    pool = WorkerPool(mark_and_sleep, kind=kind, num_workers=2)
+    for i in range(8):
+        pool.submit((str(tmp_path), i, 1.0))
+    pool.get(timeout_s=30)
+    pool.close(timeout_s=30.0)
+    # Each worker finishes the task in hand and drops the ones queued behind it: of the
+    # 8 tasks, at most 2 per worker ever started (all 8 would mean close() ran them).
+    assert len(os.listdir(tmp_path)) <= 4
     pool.close()  # idempotent
     with pytest.raises(ClosedError, match="workers: submit"):
         pool.submit(1)
@@ -358,3 +365,63 @@ def test_an_unpicklable_result_becomes_a_worker_error():
         pool.submit(None)  # the worker survives it
         with pytest.raises(WorkerError, match="lock"):
             pool.get(timeout_s=10)
+
+
+# --- full pipes: a worker that stops reading, one that stops writing, both ways full ---
+
+BIG = 4 << 20  # far more than a socket buffer holds (~200 KiB on Linux)
+
+
+def echo(data: bytes) -> bytes:
+    return data
+
+
+def big_result_then_stop(_: object) -> bytes:
+    # Stop this whole process 1 s from now: by then it is blocked writing the result
+    # into a pipe the parent is not reading, so it stops half-way through the message.
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGSTOP)).start()
+    return b"r" * (8 * BIG)
+
+
+def test_tasks_and_results_larger_than_the_pipes_do_not_deadlock():
+    # Before: the parent blocked writing task 2 while the worker blocked writing
+    # result 1, forever. Now sends never block, and waiting reads what has arrived.
+    with WorkerPool(echo, kind="process", timeout_s=60) as pool:
+        t0 = time.monotonic()
+        for i in range(6):
+            pool.submit(bytes([i]) * BIG)
+        assert time.monotonic() - t0 < 10.0  # ~ms expected: queued, not written
+        got = sorted(pool.get().value[:1] for _ in range(6))
+    assert got == [bytes([i]) for i in range(6)]
+
+
+def test_a_worker_that_stops_reading_makes_get_raise_naming_it():
+    with WorkerPool(echo, kind="process", timeout_s=60, name="deaf") as pool:
+        pool.submit(b"x")
+        pool.get()  # up and serving
+        victim = pool.pids[0]
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            for _ in range(4):
+                pool.submit(b"t" * BIG)  # would block forever on the full pipe before
+            assert time.monotonic() - t0 < 10.0
+            with pytest.raises(WorkerTimeout, match=rf"pid {victim}\); it has not read 1[0-9.]+ MiB"):
+                pool.get(timeout_s=1.0)
+            assert time.monotonic() - t0 < 15.0
+        finally:
+            os.kill(victim, signal.SIGCONT)
+
+
+def test_a_worker_that_stops_half_way_through_a_result_makes_get_raise_naming_it():
+    with WorkerPool(big_result_then_stop, kind="process", timeout_s=60, name="mute") as pool:
+        pool.submit(None)
+        victim = pool.pids[0]
+        time.sleep(2.0)  # the worker stops itself 1 s in, mid-write
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(WorkerTimeout, match=rf"pid {victim}\); it stopped after writing"):
+                pool.get(timeout_s=1.0)
+            assert time.monotonic() - t0 < 15.0  # recv never blocks on the partial message
+        finally:
+            os.kill(victim, signal.SIGCONT)
