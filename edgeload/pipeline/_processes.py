@@ -162,17 +162,12 @@ class ProcessBackend:
             self._died(wid)
 
     def _undecodable(self, wid: int, exc: Exception) -> None:
-        proc = self.procs[wid]
-        proc.join(1.0)  # a result that needs its sender (a shared tensor) fails if it died
-        if not proc.is_alive():
+        """A result that needs its sender alive (a shared tensor) fails once it died:
+        report the death; anything else (out of file descriptors here) as it is."""
+        self.procs[wid].join(1.0)
+        if not self.procs[wid].is_alive():
             self._died(wid)
-        self.dead_wid = wid
-        self.dead = WorkerError(
-            f"a result from {self.describe(wid)} could not be unpickled here "
-            f"({type(exc).__name__}: {exc}); return plain arrays, numbers and strings",
-            worker=f"pid {proc.pid}",
-        )
-        raise self.dead from exc
+        raise exc
 
     def _died(self, wid: int) -> None:
         proc, self.dead_wid = self.procs[wid], wid
