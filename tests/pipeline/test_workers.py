@@ -406,7 +406,9 @@ def test_a_worker_that_stops_reading_makes_get_raise_naming_it():
             for _ in range(4):
                 pool.submit(b"t" * BIG)  # would block forever on the full pipe before
             assert time.monotonic() - t0 < 10.0
-            with pytest.raises(WorkerTimeout, match=rf"pid {victim}\); it has not read 1[0-9.]+ MiB"):
+            with pytest.raises(
+                WorkerTimeout, match=rf"pid {victim}\); it has not read 1[0-9.]+ MiB"
+            ):
                 pool.get(timeout_s=1.0)
             assert time.monotonic() - t0 < 15.0
         finally:
