@@ -108,21 +108,16 @@ class WorkerDied(WorkerError, RuntimeError):
     """A worker process exited while it had work (torch raises RuntimeError for this)."""
 
 
-class _KeyMessage(str):
-    """A message KeyError shows as text: KeyError's ``str()`` would ``repr()`` it."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
 _mixed: dict[type, type] = {}
 
 
 def _reduce_as_original(self: BaseException) -> tuple[Any, ...]:
     # Pickles as the original type: the mixed class exists in this process only.
     return (type(self).__bases__[0], self.args)
+
+
+def _mixed_str(self: BaseException) -> str:
+    return str(self.__dict__.get("_message", BaseException.__str__(self)))
 
 
 def _mixed_type(original: type[BaseException]) -> type[WorkerError]:
@@ -137,6 +132,7 @@ def _mixed_type(original: type[BaseException]) -> type[WorkerError]:
                 "__module__": original.__module__,
                 "__qualname__": original.__qualname__,
                 "__reduce__": _reduce_as_original,
+                "__str__": _mixed_str,
             },
         )
         _mixed[original] = mixed
@@ -147,6 +143,7 @@ def worker_exception(
     original: type[BaseException] | None,
     message: str,
     *,
+    exc: BaseException | None = None,
     index: object = None,
     worker: str | None = None,
     traceback_text: str | None = None,
@@ -156,24 +153,33 @@ def worker_exception(
     Args:
         original: the type the worker raised; None when it could not travel.
         message: the whole message (torch's ``Caught ...`` line and the traceback).
+        exc: the exception itself, when it travelled: the result then keeps its
+            ``args`` and attributes (``errno``, a KeyError's key), with ``message`` as
+            its text, so a type that takes more than a message keeps its type too.
         index, worker, traceback_text: as :class:`WorkerError`.
     """
-    exc: BaseException | None = None
+    out: BaseException | None = None
+    if exc is not None and type(exc) is original:
+        try:
+            out = _mixed_type(original).__new__(_mixed_type(original), *exc.args)
+            out.__dict__.update(exc.__dict__)
+            out.args = exc.args
+        except Exception:  # a type whose __new__ wants other arguments
+            out = None
     for kind in (original, RuntimeError):
-        if kind is None:
+        if out is not None or kind is None:
             continue
         try:
-            mixed = _mixed_type(kind)
-            exc = mixed(_KeyMessage(message) if issubclass(kind, KeyError) else message)
-            break
+            out = _mixed_type(kind)(message)
         except Exception:  # a type that takes more than a message, or cannot be mixed
-            exc = None
-    if not isinstance(exc, WorkerError):
-        exc = WorkerError(message)
-    exc.index = index
-    exc.worker = worker
-    exc.traceback_text = traceback_text
-    return exc
+            out = None
+    if not isinstance(out, WorkerError):
+        out = WorkerError(message)
+    out.__dict__["_message"] = message
+    out.index = index
+    out.worker = worker
+    out.traceback_text = traceback_text
+    return out
 
 
 class WaitTimeout(EdgeloadError, TimeoutError):

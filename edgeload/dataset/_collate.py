@@ -60,6 +60,7 @@ def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any], str] | None:
     if (
         isinstance(value, torch.Tensor)
         and value.layout == torch.strided
+        and not getattr(value, "is_nested", False)  # no sizes: default_collate decides
         and value.device.type == "cpu"
         and not value.requires_grad
         and value.dtype not in (torch.bfloat16, torch.complex64, torch.complex128)

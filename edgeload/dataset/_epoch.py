@@ -217,6 +217,7 @@ class EpochIterator(Iterator[Any]):
                 result.exc_type,
                 f"Caught {name} in {where} while loading sample {index!r} ({message}).\n"
                 f"Original {text}",
+                exc=result.exc,
                 index=index,
                 worker=f"{kind}-worker-{w}",
                 traceback_text=text,
@@ -261,7 +262,7 @@ class EpochIterator(Iterator[Any]):
 
     def __del__(self) -> None:
         # The loader holds its iterator weakly: dropping an unfinished one ends its pass.
-        if not self._done:
+        if not getattr(self, "_done", True):  # False only once __init__ got far
             with contextlib.suppress(Exception):  # interpreter shutdown
                 self._loader._iterator_dropped(self)
                 self.close()

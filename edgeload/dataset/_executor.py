@@ -151,6 +151,7 @@ class PoolExecutor:
             type(cause) if cause is not None else None,
             f"Caught {type(cause).__name__ if cause else 'an error'} in DataLoader worker "
             f"{self.kind}: {exc}",
+            exc=cause,
             index=exc.index,
             worker=exc.worker,
             traceback_text=exc.traceback_text,

@@ -247,6 +247,9 @@ class WorkerPool:
         raise err from failure.exc
 
     def _death(self, exc: WorkerError) -> WorkerError:
+        # The backend keeps this error to raise again; its traceback would pin the
+        # caller's frames (a DataLoader iterator and its slots) for the pool's lifetime.
+        exc.__traceback__ = None
         wid = getattr(self._backend, "dead_wid", -1)
         lost = sorted(i for i, w in self._pending.items() if w == wid)
         return WorkerError(

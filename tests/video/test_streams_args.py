@@ -1,0 +1,44 @@
+"""StreamLoader refuses, in its constructor, what cannot work here: no thread starts."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from _media import clip, media_dir
+
+from edgeload.errors import EdgeloadError, SourceError
+from edgeload.video import StreamLoader, VideoSource
+from edgeload.video.capture import opencv_has
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=0.5)
+
+
+def _video_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("edgeload-video")]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine can give these")
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"memory_mode": "pinned"}, "pinned"),
+        ({"memory_mode": "managed"}, "managed"),
+        ({"device": "cuda"}, "CUDA device"),
+    ],
+)
+def test_a_gpu_setting_without_a_gpu_raises_from_the_constructor(small, kw, match):
+    with pytest.raises(EdgeloadError, match=match):
+        StreamLoader([small], size=(80, 60), **kw)
+    assert _video_threads() == []
+
+
+@pytest.mark.skipif(opencv_has("gstreamer"), reason="this OpenCV can decode with GStreamer")
+def test_an_explicit_decode_backend_that_is_missing_raises_from_the_constructor(small):
+    with pytest.raises(SourceError, match="GStreamer"):
+        StreamLoader([VideoSource(small, backend="gstreamer")], size=(80, 60))
+    assert _video_threads() == []
