@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterable, Iterator
 
 __all__ = [
+    "EXIT_JOIN_TIMEOUT_S",
     "POLL_INTERVAL_S",
     "State",
+    "interrupted",
     "join_threads",
     "limit_library_threads",
     "thread_env",
@@ -28,6 +30,19 @@ _log = logging.getLogger("edgeload")
 
 POLL_INTERVAL_S = 0.05
 """How often blocked loops wake to check their stop event (seconds)."""
+EXIT_JOIN_TIMEOUT_S = 0.2
+"""How long a close during Ctrl-C, or at garbage collection or interpreter exit, waits
+for threads and workers to finish what they hold before giving up on (or terminating)
+them: Ctrl-C must end the program within 2 s on a busy board."""
+
+
+def interrupted() -> bool:
+    """Whether a KeyboardInterrupt is propagating through the caller (e.g. ``__exit__``).
+
+    A close then waits only :data:`EXIT_JOIN_TIMEOUT_S`: the user asked to stop, and
+    the work in hand is not wanted.
+    """
+    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
 _THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",

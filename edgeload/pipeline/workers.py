@@ -25,7 +25,13 @@ from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
 from ..vocabulary import WorkerKind
 from ._executors import Failure, ProcessBackend, ThreadBackend
 from ._worker_info import WorkerInfo, choose_start_method, current_worker, set_current
-from .lifecycle import POLL_INTERVAL_S, State, limit_library_threads
+from .lifecycle import (
+    EXIT_JOIN_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    State,
+    interrupted,
+    limit_library_threads,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -140,7 +146,9 @@ class WorkerPool:
                 threads_per_worker=threads_per_worker,
                 name=name,
             )
-        self._finalizer = weakref.finalize(self, self._backend.close, JOIN_TIMEOUT_S)
+        # Garbage collection or interpreter exit (an uncaught Ctrl-C): nobody wants the
+        # results, so workers get only a moment before they are terminated.
+        self._finalizer = weakref.finalize(self, self._backend.close, EXIT_JOIN_TIMEOUT_S)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -262,10 +270,12 @@ class WorkerPool:
         """Stop and join the workers (terminating processes that overrun); idempotent.
 
         Args:
-            timeout_s: how long to wait for workers to finish their current task.
+            timeout_s: how long to wait for workers to finish their current task; while
+                a KeyboardInterrupt propagates (``with`` exit on Ctrl-C), at most
+                ``EXIT_JOIN_TIMEOUT_S``.
         """
         if self._state is State.CLOSED:
             return
         self._state = State.CLOSED
         self._finalizer.detach()
-        self._backend.close(timeout_s)
+        self._backend.close(min(timeout_s, EXIT_JOIN_TIMEOUT_S) if interrupted() else timeout_s)
