@@ -44,6 +44,7 @@ def interrupted() -> bool:
     """
     return isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
+
 _THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
