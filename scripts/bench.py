@@ -71,6 +71,11 @@ MODULES = {
         "4 x 720p H.264 -> 640x640 batches: StreamLoader vs plain loop, thread-per-stream, "
         "torch DataLoader, ceiling; live frame age",
     ),
+    "live": (
+        "bench_live",
+        "live RTSP cameras, true capture-to-consumer age: StreamLoader vs OpenCV latest-frame "
+        "threads, ultralytics LoadStreams, vidgear CamGear",
+    ),
     "autotune": (
         "bench_autotune",
         "autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",

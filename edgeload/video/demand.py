@@ -11,7 +11,9 @@ how long it usually takes before asking for the next.  A reader asks
 :meth:`Demand.wants` after each grab; the answer is yes when the consumer is
 waiting, or when no batch is waiting for it and its next request is due within
 about one frame interval (so the frame converted now, or its successor, is the one
-the consumer gets).  Otherwise the frame is dropped unconverted and counted.
+the consumer gets), or when the consumer is late for a batch that is waiting (so
+that batch is replaced by a fresher one rather than growing old).  Otherwise the
+frame is dropped unconverted and counted.
 
 The fields are plain floats and bools, written by the consumer thread and read by
 readers; a stale read only moves one frame's decision, so no lock is taken.
@@ -23,7 +25,9 @@ import time
 from collections.abc import Callable
 
 _SMOOTHING = 0.3  # weight of the newest consumer interval in the running estimate
-_MARGIN_S = 0.005  # converting and shipping a frame takes about this long
+# Converting, resizing and shipping a frame takes a few ms, more on a loaded box: a
+# batch started this much earlier is complete when the consumer asks.
+_MARGIN_S = 0.015
 
 
 class Demand:
@@ -69,7 +73,11 @@ class Demand:
         """
         if self.waiting:
             return True
-        if self._pending() > 0:
-            return False  # a batch is waiting; this frame could only replace it
         due = self.due_at()
-        return due is None or now >= due - interval_s - _MARGIN_S
+        if due is None:
+            return True
+        if self._pending() > 0:
+            # A batch waits for the consumer: a frame now could only replace it, which
+            # is worth it only once the consumer is late and that batch grows stale.
+            return now >= due
+        return now >= due - interval_s - _MARGIN_S

@@ -92,8 +92,9 @@ def test_demand_opens_one_frame_interval_before_the_consumer_is_due():
     demand.asked(1.08)
     demand.taken(1.10)  # the model takes 80 ms
     assert not demand.wants(1.11, 1 / 30)
-    assert demand.wants(1.15, 1 / 30)  # due at 1.18: the next frame may be the one
+    assert demand.wants(1.14, 1 / 30)  # due at 1.18: the next frame may be the one
     pending[0] = 1
     assert not demand.wants(1.17, 1 / 30)  # a batch already waits for the consumer
-    demand.asked(1.18)
-    assert demand.wants(1.181, 1 / 30)  # the consumer waits: everything ships
+    assert demand.wants(1.19, 1 / 30)  # the consumer is late: keep that batch fresh
+    demand.asked(1.20)
+    assert demand.wants(1.201, 1 / 30)  # the consumer waits: everything ships
