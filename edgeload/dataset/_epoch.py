@@ -14,7 +14,8 @@ import contextlib
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..errors import worker_exception
+from ..errors import WorkerError, worker_exception
+from ..pipeline.lifecycle import release_frames
 from ._fetch import Result, Task, WorkerStart
 from ._sampling import EpochOrder
 
@@ -167,6 +168,16 @@ class EpochIterator(Iterator[Any]):
             self._pending[result.position] = result
 
     def __next__(self) -> Any:
+        try:
+            return self._next()
+        except WorkerError as exc:
+            # A kept error must not keep this iterator, the loader and its shared
+            # memory alive: a dead worker's segments go when the loader is dropped.
+            release_frames(exc)
+            del self
+            raise
+
+    def _next(self) -> Any:
         while True:
             if self._done:
                 raise StopIteration

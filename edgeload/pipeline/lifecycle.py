@@ -13,7 +13,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import traceback
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 __all__ = [
     "EXIT_JOIN_TIMEOUT_S",
@@ -22,9 +25,13 @@ __all__ = [
     "interrupted",
     "join_threads",
     "limit_library_threads",
+    "release_frames",
     "thread_env",
     "thread_name",
+    "weak_call",
 ]
+
+R = TypeVar("R")
 
 _log = logging.getLogger("edgeload")
 
@@ -59,6 +66,40 @@ class State(enum.Enum):
 
     OPEN = "open"
     CLOSED = "closed"
+
+
+def release_frames(exc: BaseException) -> None:
+    """Clear the locals of the finished frames in ``exc``'s traceback and its chain.
+
+    A user who keeps an exception (``pytest.raises``, a retry loop that logs it later)
+    keeps every frame it passed through, and with them the loader and its shared
+    memory. The file names and line numbers stay; only the locals go.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        traceback.clear_frames(item.__traceback__)  # skips frames still running
+        pending += [item.__cause__, item.__context__]
+
+
+def weak_call(method: Callable[..., R], gone: Callable[[], R]) -> Callable[..., R]:
+    """``method`` for a thread to hold without keeping its object alive.
+
+    A loader whose threads hold its bound methods is never collected, so one dropped
+    without ``close()`` runs forever. Through this, the loader can be collected (its
+    ``__del__`` then stops the threads); a call after that returns ``gone()``.
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> R:
+        bound = ref()
+        return gone() if bound is None else bound(*args)
+
+    return call
 
 
 def thread_name(name: str, index: int | None = None) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._deps import require_cv2, require_torch
 from ..errors import ClosedError, WorkerTimeout
-from ..pipeline.lifecycle import POLL_INTERVAL_S, State, join_threads
+from ..pipeline.lifecycle import POLL_INTERVAL_S, State, join_threads, weak_call
 from ..pipeline.prefetch import END, Prefetcher
 from ..pipeline.slots import SlotPool
 from ..platform.profile import Profile
@@ -50,6 +50,10 @@ _WINDOW = 2048  # recent frame ages kept for the percentiles
 
 # evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
 SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]
+
+
+def _loader_gone() -> SlotPool:
+    raise ClosedError("StreamLoader: garbage-collected while its threads still ran")
 
 
 def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) -> Target:
@@ -185,14 +189,17 @@ class StreamLoader:
         )
         self._depth = depth
         # Only when every stream is ``latest`` can a frame be known not to ship.
-        self._demand = Demand(lambda: self._prefetch.stats().depth) if all_latest else None
+        # What the threads hold must not hold this loader (weak_call): one dropped without
+        # close() is then collected, and __del__ stops them.
+        prefetch = self._prefetch
+        self._demand = Demand(lambda: prefetch.stats().depth) if all_latest else None
         self._asm = Assembler(
-            self._make_pool,
+            weak_call(self._make_pool, _loader_gone),
             batch=batch,
             deadline_s=self.deadline_ms / 1000,
             prefetcher=self._prefetch,
-            active=self._active,
-            tick=lambda: watchdog(self._streams_now()),
+            active=weak_call(self._active, list),
+            tick=weak_call(self._tick, lambda: None),
         )
         self._asm.set_streams(list(self._streams))
         self._mux = threading.Thread(target=self._asm.run, name="edgeload-video-mux", daemon=True)
@@ -224,9 +231,15 @@ class StreamLoader:
         return SlotPool(shape, np.uint8, count=count, mode=self._mode,  # type: ignore[arg-type]
                         name="StreamLoader slots", engine=self._engine)  # fmt: skip
 
+    def _tick(self) -> None:
+        watchdog(self._streams_now())
+
     def _streams_now(self) -> list[StreamEntry]:
         with self._lock:
             return list(self._streams.values())
+
+    def _running(self) -> bool:
+        return self._state is State.OPEN
 
     def _active(self) -> list[int]:
         with self._lock:
@@ -237,7 +250,7 @@ class StreamLoader:
         src = stream.source
         stream.reader = StreamReader(
             src, stream.target,
-            stream_id=stream.sid, sink=make_sink(self._asm, stream, lambda: self._state is State.OPEN),
+            stream_id=stream.sid, sink=make_sink(self._asm, stream, weak_call(self._running, bool)),
             ffmpeg_threads=self.plan.threads.ffmpeg, start_frame=stream.last_seq + 1,
             gate=gate if src.network else None,
             wants=self._demand.wants if self._demand is not None else None,

@@ -409,8 +409,9 @@ def test_trials_over_the_memory_ceiling_are_rejected_by_measured_pss():
 
     gc.collect()  # memory an earlier test left for the collector must not free mid-run
     ceiling = tree_pss_bytes() + (100 << 20)  # 2 workers (80 MiB) fit, 3 (120 MiB) do not
+    # The budget only caps a box so slow the search would not end; it is not the stop.
     result = autotune(MemoryHungryWorkload(), max_memory_bytes=ceiling, trial_seconds=0.2,
-                      warmup_seconds=0.05, budget_seconds=20)  # fmt: skip
+                      warmup_seconds=0.05, budget_seconds=120)  # fmt: skip
     by_workers = {t.config["num_workers"]: t for t in result.trials}
     assert by_workers[3].status == "over memory"
     assert by_workers[3].measurement.peak_pss_bytes > ceiling
@@ -458,6 +459,6 @@ def test_batch_size_is_searched_and_written_only_when_asked(tmp_path):
     assert "batch_size" not in plain.settings()
 
     tuned = autotune(BatchWorkload(), trial_seconds=0.15, warmup_seconds=0.05,
-                     budget_seconds=20, tune_batch=True)  # fmt: skip
+                     budget_seconds=120, tune_batch=True)  # fmt: skip
     assert tuned.best is not None and tuned.best.config["batch_size"] == 16
     assert tuned.settings()["batch_size"] == 16

@@ -156,7 +156,7 @@ def test_get_timeout_says_what_happened():
     t0 = time.monotonic()
     with pytest.raises(WorkerTimeout, match=r"cams: no item within 0.1 s"):
         q.get(timeout_s=0.1)
-    assert 0.09 <= time.monotonic() - t0 < 1.0
+    assert 0.09 <= time.monotonic() - t0 < 2.0
     assert q.stats().consumer_wait_s >= 0.09
 
 

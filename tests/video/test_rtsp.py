@@ -112,7 +112,8 @@ def test_stream_reconnects_after_server_restart_and_others_never_stop(server, tm
     cam_stats, file_stats = stats["streams"]
     assert cam_stats["reconnects"] == 1 and cam_stats["state"] == "streaming"
     assert file_stats["reconnects"] == 0
-    assert max(np.diff(file_times)) < 0.5  # never stalled
+    # 33 ms expected at 30 fps; a stall behind the camera would last its reconnect (> 1.5 s)
+    assert max(np.diff(file_times)) < 1.0
 
 
 def _sockets() -> tuple[int, int]:

@@ -1,0 +1,128 @@
+"""Faults through both loaders, each ending in a clear error or a clean stop.
+
+The leak check in conftest.py (no edgeload thread, child process or shared-memory
+segment of this process left) runs after every test here; a few tests also check at
+the point where the promise is made, before the test ends.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _media import clip, media_dir
+from torch.utils.data import Dataset
+
+from edgeload import DataLoader, WorkerError, WorkerTimeout
+from edgeload.video import StreamLoader, VideoSource
+
+KINDS = ["thread", "process"]
+
+
+def _segments() -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"edgeload-{os.getpid()}-")]
+
+
+class Frames(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return np.full((16, 16, 3), i, np.uint8)
+
+
+class DiesOnce(Frames):
+    """Item 20 SIGKILLs its worker process the first time (a marker file remembers)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __getitem__(self, i):
+        if i == 20 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+RELEASE = threading.Event()  # in a worker process, a fresh one nobody sets
+
+
+class HangsOn(Frames):
+    def __getitem__(self, i):
+        if i == 9:
+            RELEASE.wait(60)
+        return super().__getitem__(i)
+
+
+PROCESSES = {"num_workers": 2, "worker_kind": "process"}
+
+
+def test_a_dead_workers_segments_go_when_the_loader_is_dropped_even_if_the_error_is_kept(
+    tmp_path,
+):
+    loader = DataLoader(DiesOnce(tmp_path / "died"), batch_size=4, **PROCESSES)
+    it = iter(loader)
+    with pytest.raises(WorkerError, match="SIGKILL") as info:
+        for _ in it:
+            pass
+    assert isinstance(info.value, RuntimeError)  # as torch reports a dead worker
+    assert _segments()  # the loader is alive: its slots are too
+    del it, loader
+    gc.collect()
+    assert _segments() == []  # at once, while this process lives and the error is kept
+    assert info.value is not None
+
+
+def test_a_worker_killed_while_filling_a_slot_does_not_cost_the_next_epoch(tmp_path):
+    with DataLoader(DiesOnce(tmp_path / "died"), batch_size=4, **PROCESSES) as loader:
+        with pytest.raises(WorkerError, match="SIGKILL"):
+            list(loader)
+        batches = list(loader)  # fresh workers; the killed task's slot came back
+        assert [int(b[0, 0, 0, 0]) for b in batches] == list(range(0, 64, 4))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sample_that_hangs_raises_worker_timeout_naming_the_worker(kind):
+    with DataLoader(HangsOn(), batch_size=4, num_workers=2, worker_kind=kind, timeout=5) as loader:
+        it = iter(loader)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerTimeout, match=r"timed out after 5 seconds") as info:
+            for _ in it:
+                pass
+        assert time.monotonic() - t0 < 50.0  # the timeout, not the 60 s sample
+        worker = info.value.worker or ""
+        assert ("pid" in worker) if kind == "process" else worker.startswith("edgeload-")
+        assert worker in str(info.value)
+        RELEASE.set()  # a thread cannot be killed: let it go (a process is terminated)
+    RELEASE.clear()
+    assert _segments() == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_early_break_then_a_dropped_loader_leaves_nothing(kind):
+    loader = DataLoader(Frames(), batch_size=4, num_workers=2, worker_kind=kind)
+    for i, _batch in enumerate(loader):
+        if i == 2:
+            break
+    del loader, _batch  # no close(): garbage collection must stop workers, free slots
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    return clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0)
+
+
+def test_a_stream_loader_broken_out_of_and_dropped_leaves_nothing(video):
+    loader = StreamLoader([VideoSource(video, loop=True)] * 2, size=(32, 32), batch=2)
+    for i, _batch in enumerate(loader):
+        if i == 3:
+            break
+    del loader, _batch
+    gc.collect()
