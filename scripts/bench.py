@@ -76,6 +76,11 @@ MODULES = {
         "live RTSP cameras, true capture-to-consumer age: StreamLoader vs OpenCV latest-frame "
         "threads, ultralytics LoadStreams, vidgear CamGear",
     ),
+    "soak": (
+        "bench_soak",
+        "both loaders for --minutes (RTSP camera cut every 30 s, 3 looping files, DataLoader "
+        "epochs): PSS, fds, threads and /dev/shm must not grow",
+    ),
     "autotune": (
         "bench_autotune",
         "autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",

@@ -1,0 +1,247 @@
+"""Soak: both loaders for minutes on end, with a camera that drops every 30 s; nothing may grow.
+
+Workload: a StreamLoader over 4 streams (a real RTSP server on loopback, serving a looping
+clip, which this run stops and restarts every ``--cut-every-s``; and 3 looping files
+replayed at their frame rate), consumed by one thread; and a DataLoader with 2 process
+workers (fresh each epoch, so worker start, shared slots and exit are exercised on every
+epoch) in the main thread, epoch after epoch.
+
+Every ``--interval-s`` it prints this process tree's PSS, its open file descriptors,
+its threads and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments. At the end it
+fits a line over the second half of the samples (the first half includes warm-up:
+allocator arenas, decoder buffers) and fails if PSS grows by 1 MiB/min or more, or open
+files, threads or shared bytes grow at all (slope of 0.5 per minute or more for counts;
+any growth for shared bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = ROOT / "tests" / "rtsp_server.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+PSS_SLOPE_MIB_PER_MIN = 1.0
+COUNT_SLOPE_PER_MIN = 0.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long to run")
+    parser.add_argument("--interval-s", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument("--cut-every-s", type=float, default=30.0, help="RTSP drop period")
+    parser.add_argument("--down-s", type=float, default=5.0, help="how long each drop lasts")
+
+
+def _clip(directory: Path) -> Path:
+    path = directory / "soak.mp4"
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         "testsrc2=size=320x240:rate=30", "-t", "10", "-c:v", "libx264", "-preset",
+         "ultrafast", "-pix_fmt", "yuv420p", "-g", "30", str(path)],
+        check=True, timeout=120,
+    )  # fmt: skip
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Camera:
+    """``tests/rtsp_server.py`` in a subprocess that this run stops and restarts."""
+
+    def __init__(self, clip: Path, port: int) -> None:
+        self.clip, self.port = clip, port
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> str:
+        self.proc = subprocess.Popen(
+            [SYSTEM_PYTHON, str(SERVER), "--port", str(self.port), "--file", str(self.clip)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith("READY"):
+            self.stop()
+            raise SystemExit(f"bench soak: the RTSP server did not start: {line!r}")
+        return line.split()[1]
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            if self.proc.stdout:
+                self.proc.stdout.close()
+        self.proc = None
+
+
+def _shm_bytes() -> int:
+    prefix = f"edgeload-{os.getpid()}-"
+    total = 0
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(prefix):
+            try:
+                total += os.stat(os.path.join("/dev/shm", name)).st_blocks * 512
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def sample() -> dict[str, float]:
+    """One reading: tree PSS (MiB), open fds, OS threads, edgeload /dev/shm bytes."""
+    from edgeload.measure import tree_pss_bytes
+
+    return {
+        "pss_mib": tree_pss_bytes() / 2**20,
+        "fds": float(len(os.listdir("/proc/self/fd"))),
+        "threads": float(len(os.listdir("/proc/self/task"))),
+        "shm_bytes": float(_shm_bytes()),
+    }
+
+
+def slope_per_min(times_s: list[float], values: list[float]) -> float:
+    """Least-squares slope of ``values`` over ``times_s``, per minute."""
+    n = len(times_s)
+    if n < 2:
+        return 0.0
+    mt, mv = sum(times_s) / n, sum(values) / n
+    var = sum((t - mt) ** 2 for t in times_s)
+    if var == 0:
+        return 0.0
+    return 60.0 * sum((t - mt) * (v - mv) for t, v in zip(times_s, values)) / var
+
+
+def verdict(rows: list[tuple[float, dict[str, float]]]) -> tuple[dict[str, float], list[str]]:
+    """Slopes over the second half of ``rows`` and what grew without bound."""
+    half = rows[len(rows) // 2 :]
+    times = [t for t, _ in half]
+    slopes = {k: slope_per_min(times, [r[k] for _, r in half]) for k in half[0][1]}
+    limits = {
+        "pss_mib": PSS_SLOPE_MIB_PER_MIN,
+        "fds": COUNT_SLOPE_PER_MIN,
+        "threads": COUNT_SLOPE_PER_MIN,
+        "shm_bytes": 1.0,
+    }
+    grew = [
+        f"{k} grows {slopes[k]:.2f}/min (limit {limits[k]})"
+        for k in limits
+        if slopes[k] >= limits[k]
+    ]
+    return slopes, grew
+
+
+class Frames:
+    """A map-style dataset of synthetic 64x64 frames (module level: workers unpickle it)."""
+
+    def __len__(self) -> int:
+        return 512
+
+    def __getitem__(self, i: int) -> Any:
+        import numpy as np
+
+        return np.full((64, 64, 3), i % 251, np.uint8)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Each camera cut makes OpenCV and FFmpeg log every failed reconnect: keep it quiet.
+    os.environ.setdefault("OPENCV_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    import edgeload
+    from edgeload.video import StreamLoader, VideoSource
+
+    stop = threading.Event()
+    counts = {"batches": 0, "epochs": 0, "cuts": 0}
+    with tempfile.TemporaryDirectory(prefix="edgeload-soak-") as tmp:
+        clip = _clip(Path(tmp))
+        camera = Camera(clip, _free_port())
+        url = camera.start()
+        sources = [
+            VideoSource(url, read_timeout_s=2, open_timeout_s=3, backoff_s=(0.2, 1.0)),
+            *(VideoSource(clip, loop=True, realtime=True) for _ in range(3)),
+        ]
+        streams = StreamLoader(sources, size=(160, 120), batch=4)
+
+        def consume() -> None:
+            for _batch in streams:
+                counts["batches"] += 1
+                if stop.is_set():
+                    return
+
+        def cut() -> None:
+            while not stop.wait(args.cut_every_s):
+                camera.stop()
+                counts["cuts"] += 1
+                if stop.wait(args.down_s):
+                    return
+                camera.start()
+
+        threads = [
+            threading.Thread(target=consume, name="soak-consumer", daemon=True),
+            threading.Thread(target=cut, name="soak-cutter", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        loader = edgeload.DataLoader(
+            Frames(), batch_size=16, num_workers=2, worker_kind="process", shuffle=True
+        )
+        began = time.monotonic()
+        end = began + args.minutes * 60
+        next_sample = began
+        rows: list[tuple[float, dict[str, float]]] = []
+        print(f"{'t s':>6} {'PSS MiB':>8} {'fds':>5} {'threads':>7} {'shm KiB':>8} "
+              f"{'epochs':>6} {'batches':>7} {'cuts':>4} {'reconnects':>10}", flush=True)  # fmt: skip
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_sample:
+                    row = sample()
+                    rows.append((now - began, row))
+                    print(
+                        f"{now - began:>6.0f} {row['pss_mib']:>8.1f} {row['fds']:>5.0f} "
+                        f"{row['threads']:>7.0f} {row['shm_bytes'] / 1024:>8.0f} "
+                        f"{counts['epochs']:>6} {counts['batches']:>7} "
+                        f"{counts['cuts']:>4} "
+                        f"{streams.stats()['streams'][0]['reconnects']:>10}",
+                        flush=True,
+                    )
+                    next_sample += args.interval_s
+                if now >= end:
+                    break
+                for _ in loader:
+                    pass
+                counts["epochs"] += 1
+        finally:
+            stop.set()
+            loader.close()
+            streams.close()
+            for thread in threads:
+                thread.join(15)
+            camera.stop()
+    if len(rows) < 4:
+        print("bench soak: too few samples for a verdict; run longer (--minutes)")
+        return 2
+    slopes, grew = verdict(rows)
+    print(
+        "second-half slopes per minute: "
+        + ", ".join(f"{k} {v:+.3f}" for k, v in slopes.items())
+        + f" ({len(rows) - len(rows) // 2} samples; {counts['epochs']} epochs, "
+        f"{counts['batches']} stream batches, {counts['cuts']} camera cuts)"
+    )
+    if grew:
+        print("FAIL: " + "; ".join(grew))
+        return 1
+    print("PASS: nothing grows without bound")
+    return 0
