@@ -72,19 +72,21 @@ _owners: dict[int, weakref.ref[SlotMemory]] = {}
 
 
 def _register(owner: SlotMemory) -> None:
-    start = owner.host_ptr
+    start, ref = owner.host_ptr, weakref.ref(owner)
     with _lock:
-        bisect.insort(_starts, start)
-        _owners[start] = weakref.ref(owner)
-    weakref.finalize(owner, _unregister, start)
+        if start not in _owners:
+            bisect.insort(_starts, start)
+        # A new allocation at a freed one's address replaces it (its ref is dead by then).
+        _owners[start] = ref
+    weakref.finalize(owner, _unregister, start, ref)
 
 
-def _unregister(start: int) -> None:
+def _unregister(start: int, ref: weakref.ref[SlotMemory]) -> None:
     with _lock:
-        index = bisect.bisect_left(_starts, start)
-        if index < len(_starts) and _starts[index] == start:
-            del _starts[index]
-        _owners.pop(start, None)
+        if _owners.get(start) is not ref:
+            return  # already replaced by a newer allocation at the same address
+        del _owners[start]
+        del _starts[bisect.bisect_left(_starts, start)]
 
 
 def address_of(view: Any) -> int | None:

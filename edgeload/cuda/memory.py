@@ -34,6 +34,7 @@ __all__ = [
     "CudaBacking",
     "allocate",
     "as_cuda_tensor",
+    "fence_bytes",
     "gpu_allocator",
     "gpu_busy",
     "memory_mode_of",
@@ -202,12 +203,30 @@ def _attach_mode(engine: Any, stream: Any) -> str:
     return "global" if engine.is_legacy_stream(stream) else "single"
 
 
+def fence_bytes(view: Any, stream: Any) -> bool:
+    """Count ``view``'s bytes as in use until ``stream``'s queued work is done (no hold).
+
+    Unlike record_gpu_use() nothing is kept alive: a slot pool skips fenced free slots
+    (gpu_busy) and the memory is freed only after its fences complete.
+
+    Returns:
+        False, doing nothing, when ``view`` is host memory.
+    """
+    owner = find_owner(view)
+    if owner is None:
+        return False
+    event = owner.engine.new_event()
+    event.record(stream)
+    owner.fences.add(*byte_range(view, owner), event)
+    return True
+
+
 class _DeviceView:
     """A CUDA array interface over a host view of mapped or managed memory.
 
     It holds ``array`` (so the slot's lease lasts as long as the tensor) and, when the
     tensor dies, fences the bytes on the stream the view was made on (the consumer's)
-    and on the stream of the thread dropping it, if that is another.
+    after the work of the thread dropping it, if that runs on another stream.
     """
 
     def __init__(self, array: np.ndarray[Any, Any], owner: SlotMemory, stream: Any) -> None:
@@ -228,7 +247,9 @@ class _DeviceView:
                 stream.wait_event(done_there)
             if self._owner.attach_per_stream:
                 engine.attach(self._owner, stream, mode="host")
-            record_gpu_use(self._array, stream=stream)
+            # A fence, not a hold: the slot pool skips fenced slots by itself, and a
+            # hold would count as a batch the user keeps until a polling thread noticed.
+            fence_bytes(self._array, stream)
         except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
             _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
 
@@ -300,14 +321,10 @@ class SlotGuard:
         if owner is None:
             return True
         try:
-            streams = [self.engine.current_stream()]
-            if stream is not None and all(stream is not s and stream != s for s in streams):
-                streams.append(stream)
-            span = byte_range(view, owner)
-            for each in streams:
-                event = self.engine.new_event()
-                event.record(each)
-                owner.fences.add(*span, event)
+            here = self.engine.current_stream()
+            fence_bytes(view, here)
+            if stream is not None and stream is not here and stream != here:
+                fence_bytes(view, stream)
         except Exception as exc:
             _log.warning("edgeload: could not fence a released slot; retiring it: %s", exc)
             return False

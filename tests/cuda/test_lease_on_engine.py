@@ -117,6 +117,25 @@ def test_dataloader_slot_reuse_waits_for_a_slow_gpu():
         assert torch.equal(got, _expected(range(i * _BATCH, (i + 1) * _BATCH)))
 
 
+@pytest.mark.parametrize("mode", ["mapped", "pinned"])
+def test_dataloader_user_who_keeps_every_gpu_batch_loses_none(mode):
+    """Kept zero-copy views hold their slots: later tasks write fresh memory instead."""
+    with HostEngine(copy_delay_s=0.002) as engine:
+        kept = []
+        with _loader(engine, mode, 24 * _BATCH) as loader:
+            for batch in loader:
+                if mode == "mapped" and memory_mode_of(batch) == mode:
+                    kept.append(as_cuda_tensor(batch))
+                else:
+                    kept.append(engine.to_device(batch, "cuda", non_blocking=True))
+                del batch
+            stats = loader.stats()
+        engine.synchronize()
+        for i, on_gpu in enumerate(kept):
+            assert torch.equal(on_gpu, _expected(range(i * _BATCH, (i + 1) * _BATCH)))
+    assert stats["slots"] <= 8, stats  # bounded: the pool did not grow with the user's hoard
+
+
 @pytest.fixture(scope="module")
 def video(tmp_path_factory):
     path = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0)
