@@ -96,6 +96,7 @@ class PoolExecutor:
             name="loader",
         )
         self._starts: dict[int, WorkerStart] = {}
+        self._samples: dict[int, Any] = {}  # pool task index -> its dataset indices
 
     @property
     def pids(self) -> list[int]:
@@ -111,16 +112,20 @@ class PoolExecutor:
         return slot.ref if self.kind == "process" else slot.array
 
     def submit(self, worker: int, task: Task) -> None:
-        self._pool.submit((self._starts.pop(worker, None), task), worker=worker)
+        index = self._pool.submit((self._starts.pop(worker, None), task), worker=worker)
+        self._samples[index] = task.index  # named if this task times out
 
     def get(self, *, timeout_s: float | None) -> Result:
         try:
-            result: Result = self._pool.get(timeout_s=timeout_s).value
+            done = self._pool.get(timeout_s=timeout_s)
+            self._samples.pop(done.index, None)
+            result: Result = done.value
         except WorkerTimeout as exc:
+            samples = self._samples.get(exc.index) if isinstance(exc.index, int) else None
             raise WorkerTimeout(
                 f"DataLoader timed out after {timeout_s} seconds with no batch from its "
-                f"{self.kind} workers; a worker is stuck in the dataset (or raise timeout=). "
-                f"{exc}",
+                f"{self.kind} workers; a worker is stuck in the dataset (or raise timeout=): "
+                f"{exc.worker} on dataset index {samples}. {exc}",
                 index=exc.index,
                 worker=exc.worker,
             ) from exc

@@ -88,17 +88,22 @@ def test_a_worker_killed_while_filling_a_slot_does_not_cost_the_next_epoch(tmp_p
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_sample_that_hangs_raises_worker_timeout_naming_the_worker(kind):
-    with DataLoader(HangsOn(), batch_size=4, num_workers=2, worker_kind=kind, timeout=5) as loader:
+def test_a_sample_that_hangs_raises_worker_timeout_naming_the_worker_and_item(kind):
+    # Process workers need seconds to start on a loaded box: a shorter timeout would
+    # fire before the first batch, on the first task rather than the hung one.
+    timeout = 5 if kind == "thread" else 15
+    loader = DataLoader(HangsOn(), batch_size=4, num_workers=2, worker_kind=kind, timeout=timeout)
+    with loader:
         it = iter(loader)
         t0 = time.monotonic()
-        with pytest.raises(WorkerTimeout, match=r"timed out after 5 seconds") as info:
+        with pytest.raises(WorkerTimeout, match=rf"timed out after {timeout} seconds") as info:
             for _ in it:
                 pass
         assert time.monotonic() - t0 < 50.0  # the timeout, not the 60 s sample
         worker = info.value.worker or ""
         assert ("pid" in worker) if kind == "process" else worker.startswith("edgeload-")
         assert worker in str(info.value)
+        assert f"{worker} on dataset index [8, 9, 10, 11]" in str(info.value)
         RELEASE.set()  # a thread cannot be killed: let it go (a process is terminated)
     RELEASE.clear()
     assert _segments() == []
