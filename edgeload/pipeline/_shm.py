@@ -10,6 +10,7 @@ the owner unlinks it on close, on garbage collection and at interpreter exit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import mmap
@@ -97,6 +98,7 @@ class SharedSegment:
             # exclusive lock only once this owner is gone (even SIGKILLed).
             fcntl.flock(fd, fcntl.LOCK_SH)
             os.ftruncate(fd, nbytes)
+            _reserve(fd, nbytes, shm_dir)
             self._mmap: mmap.mmap | None = mmap.mmap(fd, nbytes)
         except BaseException:
             os.unlink(self.path)
@@ -120,6 +122,22 @@ class SharedSegment:
             with contextlib.suppress(BufferError):
                 self._mmap.close()
             self._mmap = None
+
+
+def _reserve(fd: int, nbytes: int, shm_dir: str) -> None:
+    """Back every page of the segment now, so a /dev/shm that fills up later cannot
+    kill a worker with SIGBUS on its first write to a slot (tmpfs allocates lazily)."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return  # a filesystem without fallocate: the space check before is all
+        raise PlatformError(
+            f"{shm_dir} ran out of room while reserving {nbytes / _MIB:.1f} MiB of shared "
+            f"slots ({exc.strerror}): something else filled it. In Docker, start the "
+            "container with a larger --shm-size; or lower the batch size or prefetch "
+            "budget; or use thread workers (worker_kind='thread')"
+        ) from exc
 
 
 def sweep_stale_segments(shm_dir: str = SHM_DIR, *, force: bool = False) -> list[str]:

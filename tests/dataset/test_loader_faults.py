@@ -131,3 +131,52 @@ def test_a_stream_loader_broken_out_of_and_dropped_leaves_nothing(video):
             break
     del loader, _batch
     gc.collect()
+
+
+_FILL_SCRIPT = """
+import os, numpy as np, edgeload
+data = [np.full((256, 1024), i, np.uint8) for i in range(64)]  # 1 MiB batches
+loader = edgeload.DataLoader(data, batch_size=4, num_workers=2, worker_kind="process")
+kept = []
+try:
+    for i, batch in enumerate(loader):
+        kept.append(batch)  # the consumer keeps batches, so more memory is needed
+        if i == 1:  # mid-epoch, something else fills /dev/shm to the last byte
+            with open("/dev/shm/filler", "wb") as f:
+                try:
+                    while True:
+                        f.write(bytes(1 << 16))
+                        f.flush()
+                except OSError:
+                    pass
+    print("DONE")
+except Exception as exc:
+    print("ERROR", type(exc).__name__, "--shm-size" in str(exc))
+finally:
+    loader.close()
+    os.unlink("/dev/shm/filler")
+print("LEFT", [n for n in os.listdir("/dev/shm") if n.startswith("edgeload-")])
+"""
+
+
+def test_a_dev_shm_that_fills_mid_epoch_ends_in_an_error_naming_shm_size(tmp_path):
+    """A real 16 MiB tmpfs over /dev/shm in a private mount namespace, filled mid-epoch."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small /dev/shm")
+    script = tmp_path / "fill.py"
+    script.write_text(_FILL_SCRIPT)
+    cmd = f"mount -t tmpfs -o size=16m tmpfs /dev/shm && exec {sys.executable} {script}"
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=300
+    )
+    if out.returncode != 0 and "mount" in out.stderr and "LEFT" not in out.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()[:200]}")
+    lines = out.stdout.splitlines()
+    # Slots are backed when created (no SIGBUS later); what needs room afterwards fails
+    # with the fix named, and nothing is left behind.
+    assert lines[0] in ("ERROR PlatformError True", "DONE"), out.stdout + out.stderr
+    assert lines[-1] == "LEFT []"
