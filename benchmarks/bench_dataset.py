@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -115,12 +116,15 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
             dataset, batch_size=batch, num_workers=2, multiprocessing_context=method
         )
     images, first = 0, None
+    # A CRC of every byte of every batch, in order: equal across modes means edgeload
+    # delivered exactly torch's batches (same pixels, labels and order).
     checksum = 0
     for imgs, labels in loader:
         if first is None:
             first = time.perf_counter()
         images += int(labels.shape[0])
-        checksum += int(imgs[:, 0, 0, 0].sum())
+        checksum = zlib.crc32(imgs.numpy().tobytes(), checksum)
+        checksum = zlib.crc32(labels.numpy().tobytes(), checksum)
     end = time.perf_counter()
     chosen = {}
     if mode == "edgeload":
@@ -214,6 +218,9 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
             "cpu_ms_per_image": statistics.median(r["cpu_ms_per_image"] for r in rs),
             **{k: rs[0][k] for k in ("num_workers", "worker_kind") if k in rs[0]},
         }
+    digests = {mode: rs[0]["checksum"] for mode, rs in runs.items()}
+    if len(set(digests.values())) > 1:
+        raise RuntimeError(f"the modes delivered different batches (CRC per mode: {digests})")
     torch_modes = [m for m in modes if m.startswith("torch")]
     best = max(torch_modes, key=lambda m: modes[m]["images_per_s"], default=None)
     workload = {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, tuple))}

@@ -7,8 +7,8 @@ outside) is its own:
 
 - ``edgeload``: ``StreamLoader(files, size=(640, 640), batch=4)``, the plan's threads.
 - ``plain``: one loop, ``cap.read()`` from each file in turn, resize, ``np.stack``.
-- ``threads``: one reader thread per file feeding a ``queue.Queue(8)``; the main
-  thread resizes and stacks (the Ultralytics ``LoadStreams`` / vidgear shape).
+- ``threads``: one reader thread per file that reads and resizes, feeding a
+  ``queue.Queue(8)``; the main thread stacks (the recipe people write by hand).
 - ``torch-0`` / ``torch-2``: ``torch.utils.data.DataLoader`` over an IterableDataset
   that decodes and resizes (files split over workers), batch_size=4.
 - ``ceiling``: each file decoded and resized in its own thread into a fixed buffer,
@@ -137,7 +137,8 @@ def _reader_threads(paths: list[str], maxsize: int, pace: bool) -> tuple[list[An
                     continue
                 q.put(None)
                 return
-            q.put((frame, t0 + n / 30))
+            # The recipe people use resizes in the reader threads, in parallel.
+            q.put((cv2.resize(frame, OUT), t0 + n / 30))
             n += 1
 
     for p, q in zip_strict(paths, queues):
@@ -146,7 +147,6 @@ def _reader_threads(paths: list[str], maxsize: int, pace: bool) -> tuple[list[An
 
 
 def _threads(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
-    import cv2
     import numpy as np
     import torch
 
@@ -161,7 +161,7 @@ def _threads(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
                 if item is None:
                     live[i] = False
                     continue
-                got.append(cv2.resize(item[0], OUT))
+                got.append(item[0])
                 captured.append(item[1])
         if not got:
             break

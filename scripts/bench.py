@@ -81,6 +81,10 @@ MODULES = {
         "both loaders for --minutes (RTSP camera cut every 30 s, 3 looping files, DataLoader "
         "epochs): PSS, fds, threads and /dev/shm must not grow",
     ),
+    "scale": (
+        "bench_scale",
+        "one StreamLoader with 1-32 looping 640x360 files: CPU per frame, PSS per stream, fairness",
+    ),
     "autotune": (
         "bench_autotune",
         "autotune, then the tuned profile vs the untuned plan vs torch defaults / OpenCV loop",
