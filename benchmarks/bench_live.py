@@ -11,7 +11,8 @@ Contenders, each in a fresh process (peak PSS of its tree sampled from outside):
 
 - ``edgeload``: ``StreamLoader(urls, size=(640, 640))`` (``latest``, the plan).
 - ``opencv``: the latest-frame recipe, one thread per camera doing ``cap.read()``
-  and keeping the newest frame; the consumer takes each camera's newest and resizes.
+  and keeping the newest frame (reopening after a failed read); the consumer takes
+  each camera's newest and resizes.
 - ``ultralytics``: ``ultralytics.data.loaders.LoadStreams`` (``buffer=False``), its
   frames resized by the consumer (YOLO's own preprocessing would letterbox them).
 - ``vidgear``: one ``vidgear.gears.CamGear(url).start()`` per camera, ``read()`` each,
@@ -100,6 +101,10 @@ def _opencv(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Calla
             ok, frame = cap.read()
             if ok:
                 latest[i] = frame  # one reference swap: the consumer sees whole frames
+            else:  # the recipe's reconnect: an open can fail on a busy box
+                cap.release()
+                time.sleep(0.5)
+                cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG)
         cap.release()
 
     threads = [threading.Thread(target=read, args=(i, u), daemon=True) for i, u in enumerate(urls)]
