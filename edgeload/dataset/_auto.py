@@ -90,3 +90,34 @@ def resolve_plan(loader: DataLoader[Any]) -> LoaderChoice:
         slot_count=max(2, in_flight + 2),
         prefetch_bytes=loader.prefetch_bytes or int(plan.prefetch_bytes) or None,
     )
+
+
+def apply_plan(loader: DataLoader[Any]) -> None:
+    """Resolve ``loader``'s plan and set what follows from it: workers, pinning, slots."""
+    from ._slots import LoaderSlots
+    from ._thread_seeds import install_seed_hooks
+    from ._worker_ctx import install_torch_hook
+
+    choice = resolve_plan(loader)
+    loader.plan = choice.plan
+    loader._num_workers_resolved = choice.num_workers
+    loader.worker_kind_resolved = choice.worker_kind
+    loader._pin = choice.pin_memory
+    if choice.worker_kind == "thread":
+        install_torch_hook()
+        install_seed_hooks()
+    # GPU memory modes cannot be shared with processes: those get host slots.
+    loader._memory_mode = "host" if choice.worker_kind == "process" else choice.memory_mode
+    loader._memory_mode_reason = (
+        "process workers write shared host slots"
+        if loader._memory_mode != choice.memory_mode
+        else choice.memory_mode_reason
+    )
+    loader._slots = LoaderSlots(
+        enabled=loader.collate_fn is None and loader._sampling.auto_collation,
+        count=choice.slot_count,
+        budget_bytes=choice.prefetch_bytes,
+        shared=choice.worker_kind == "process",
+        mode=loader._memory_mode,
+        engine=loader.engine,
+    )

@@ -10,10 +10,13 @@ from __future__ import annotations
 import collections
 import errno
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
 from ._fetch import Fetcher, FetchSpec, Result, Task, WorkerStart
+
+if TYPE_CHECKING:
+    from .loader import DataLoader
 
 # torch's advice when the process runs out of file descriptors (each tensor a worker
 # process returns travels as one): the same words, so the same searches find the fix.
@@ -184,3 +187,23 @@ def make_executor(
     if context is not None and not isinstance(context, str):
         method = context.get_start_method()
     return PoolExecutor(spec, kind=kind, num_workers=num_workers, start_method=method)
+
+
+def make_loader_executor(loader: DataLoader[Any]) -> InlineExecutor | PoolExecutor:
+    """The executor for one epoch of ``loader`` (or for all, with persistent workers)."""
+    spec = FetchSpec(
+        dataset=loader.dataset,
+        iterable=loader._sampling.iterable,
+        auto_collation=loader._sampling.auto_collation,
+        collate_fn=loader.collate_fn,
+        drop_last=loader.drop_last,
+        worker_init_fn=loader.worker_init_fn,
+        skip_errors=loader.on_error == "skip",
+        num_workers=loader._num_workers_resolved,
+    )
+    return make_executor(
+        spec,
+        kind=loader.worker_kind_resolved,
+        num_workers=loader._num_workers_resolved,
+        context=loader.multiprocessing_context,
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
@@ -31,13 +32,11 @@ from ._checks import FROZEN, check_arguments, check_context, warn_worker_count
 from ._datapipes import draw_shared_seed, is_iter_datapipe
 from ._device import check_gpu_mode, pin_batch
 from ._epoch import EpochIterator
-from ._executor import make_executor
-from ._fetch import FetchSpec
+from ._executor import make_loader_executor
 from ._resume import KEY_EPOCH, KEY_ORDER, KEY_PROGRESS, apply_loader_state, loader_state
 from ._sampling import EpochOrder, build_sampling
 from ._slots import LoaderSlots
-from ._thread_seeds import install_seed_hooks
-from ._worker_ctx import get_worker_info, install_torch_hook
+from ._worker_ctx import get_worker_info
 
 __all__ = ["DataLoader", "get_worker_info"]
 
@@ -67,7 +66,8 @@ class DataLoader(Generic[T_co]):
         dataset: a map-style or iterable-style dataset (torch's sense).
         batch_size, shuffle, sampler, batch_sampler, collate_fn, drop_last, timeout,
         worker_init_fn, multiprocessing_context, generator, prefetch_factor,
-        persistent_workers, in_order: as in torch (``timeout`` in seconds, 0 = none).
+        persistent_workers, pin_memory_device, in_order: as in torch (``timeout`` in
+            seconds, 0 = none; ``pin_memory_device`` is deprecated there and ignored).
         num_workers: a count (0, the default as in torch, loads in the calling thread),
             or ``"auto"``: the plan's.
         pin_memory: True, False or ``"auto"`` (pin when the plan's memory mode is
@@ -117,6 +117,7 @@ class DataLoader(Generic[T_co]):
         *,
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
+        pin_memory_device: str = "",
         in_order: bool = True,
         worker_kind: Literal["auto", "thread", "process"] = "auto",
         prefetch_bytes: int | None = None,
@@ -161,6 +162,13 @@ class DataLoader(Generic[T_co]):
         self.multiprocessing_context = context
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = persistent_workers
+        self.pin_memory_device = pin_memory_device
+        if pin_memory and pin_memory_device:
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the "
+                f"device,ignore pin_memory_device='{pin_memory_device}'.",
+                stacklevel=2,
+            )
         self.in_order = in_order
         self.worker_kind = worker_kind
         self.prefetch_bytes = prefetch_bytes
@@ -270,52 +278,15 @@ class DataLoader(Generic[T_co]):
             self._close_executor()
             self._slots.close()
         self._planned = planned
-        from ._auto import resolve_plan
+        from ._auto import apply_plan
 
-        choice = resolve_plan(self)
-        self.plan = choice.plan
-        self._num_workers_resolved = choice.num_workers
-        self.worker_kind_resolved = choice.worker_kind
-        self._pin = choice.pin_memory
-        if choice.worker_kind == "thread":
-            install_torch_hook()
-            install_seed_hooks()
-        # GPU memory modes cannot be shared with processes: those get host slots.
-        self._memory_mode = "host" if choice.worker_kind == "process" else choice.memory_mode
-        self._memory_mode_reason = (
-            "process workers write shared host slots"
-            if self._memory_mode != choice.memory_mode
-            else choice.memory_mode_reason
-        )
-        self._slots = LoaderSlots(
-            enabled=self.collate_fn is None and self._sampling.auto_collation,
-            count=choice.slot_count,
-            budget_bytes=choice.prefetch_bytes,
-            shared=choice.worker_kind == "process",
-            mode=self._memory_mode,
-            engine=self.engine,
-        )
+        apply_plan(self)
 
     def _executor_for_epoch(self) -> Any:
         if self._executor is not None and self._persistent:
             return self._executor
         self._close_executor()
-        spec = FetchSpec(
-            dataset=self.dataset,
-            iterable=self._sampling.iterable,
-            auto_collation=self._sampling.auto_collation,
-            collate_fn=self.collate_fn,
-            drop_last=self.drop_last,
-            worker_init_fn=self.worker_init_fn,
-            skip_errors=self.on_error == "skip",
-            num_workers=self._num_workers_resolved,
-        )
-        self._executor = make_executor(
-            spec,
-            kind=self.worker_kind_resolved,
-            num_workers=self._num_workers_resolved,
-            context=self.multiprocessing_context,
-        )
+        self._executor = make_loader_executor(self)
         self._start_method = getattr(self._executor, "start_method", "")
         self._start_method_reason = getattr(self._executor, "start_method_reason", "")
         return self._executor

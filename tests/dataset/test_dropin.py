@@ -330,3 +330,10 @@ def test_running_out_of_file_descriptors_gives_torchs_hint(tmp_path):
     ).stdout
     assert out.startswith("RuntimeError: Too many open files."), out
     assert "ulimit -n" in out and "set_sharing_strategy('file_system')" in out
+
+
+@pytest.mark.parametrize("cls", LOADERS)
+def test_the_deprecated_pin_memory_device_is_accepted_as_torch(cls):
+    assert _flat(cls(Squares(), batch_size=4, pin_memory_device="cuda")) == [
+        i * i for i in range(12)
+    ]
