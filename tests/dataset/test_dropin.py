@@ -332,6 +332,7 @@ def test_running_out_of_file_descriptors_gives_torchs_hint(tmp_path):
     assert "ulimit -n" in out and "set_sharing_strategy('file_system')" in out
 
 
+@pytest.mark.filterwarnings("ignore:pin_memory_device is deprecated")
 @pytest.mark.parametrize("cls", LOADERS)
 def test_the_deprecated_pin_memory_device_is_accepted_as_torch(cls):
     assert _flat(cls(Squares(), batch_size=4, pin_memory_device="cuda")) == [
