@@ -6,7 +6,7 @@ replayed at their frame rate), consumed by one thread; and a DataLoader with 2 p
 workers (fresh each epoch, so worker start, shared slots and exit are exercised on every
 epoch) in the main thread, epoch after epoch.
 
-Every ``--interval-s`` it prints this process tree's PSS, its open file descriptors,
+Every ``--interval-s`` it prints this process's PSS, its open file descriptors,
 its threads and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments. At the end it
 fits a line over the second half of the samples (the first half includes warm-up:
 allocator arenas, decoder buffers) and fails if PSS grows by 1 MiB/min or more, or open
@@ -101,11 +101,17 @@ def _shm_bytes() -> int:
 
 
 def sample() -> dict[str, float]:
-    """One reading: tree PSS (MiB), open fds, OS threads, edgeload /dev/shm bytes."""
-    from edgeload.measure import tree_pss_bytes
+    """One reading: this process's PSS (MiB), open fds, OS threads, /dev/shm bytes.
+
+    PSS is this process's own: the tree would also hold the RTSP server this run
+    restarts every cut and the DataLoader workers of whichever epoch is running, whose
+    coming and going is noise of tens of MiB, not growth (workers start fresh each
+    epoch, so they cannot accumulate anything).
+    """
+    import psutil
 
     return {
-        "pss_mib": tree_pss_bytes() / 2**20,
+        "pss_mib": psutil.Process().memory_full_info().pss / 2**20,
         "fds": float(len(os.listdir("/proc/self/fd"))),
         "threads": float(len(os.listdir("/proc/self/task"))),
         "shm_bytes": float(_shm_bytes()),
