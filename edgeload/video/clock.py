@@ -11,7 +11,8 @@ the source lets edgeload know the capture time.  Each stream names its origin in
   reached edgeload (the camera's exposure, encode and network transit) is not seen;
   that is the one part no RTSP client can measure without a clock shared with the
   camera.  The anchor forgives up to 1 ms per second, so a camera clock that runs
-  slow is not mistaken for a growing delay.
+  slow is not mistaken for a growing delay.  A stream whose frames carry no
+  timestamps (two in a row with the same PTS) switches to ``grab``, and says so.
 - ``schedule``: files replayed with ``realtime=True``: the time the frame is due on
   the replay's schedule (its place in the file over the frame rate), which is when
   a camera would have captured it.
@@ -37,6 +38,8 @@ class CaptureClock:
         self._offset: float | None = None
         self._offset_at = 0.0
         self._last_pts: float | None = None
+        self.timestamps = True
+        """False once two frames came with the same PTS: the source has none."""
 
     def reset(self) -> None:
         """A new connection: its timestamps start afresh."""
@@ -48,7 +51,8 @@ class CaptureClock:
         if last is not None and pts_ms < last:
             self._offset = None  # the timestamps went back: the camera restarted them
         if last is not None and pts_ms == last:
-            return grabbed_at  # no usable timestamps from this source
+            self.timestamps = False  # this source gives none: count from the grab
+            return grabbed_at
         offset = grabbed_at - pts_ms / 1000.0
         if self._offset is not None:
             forgiven = self._offset + _CREEP_PER_S * (grabbed_at - self._offset_at)

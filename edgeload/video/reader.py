@@ -297,7 +297,10 @@ class StreamReader:
     def _captured(self, grabbed_at: float, pts_ms: float, due: float) -> float:
         """The frame's capture time, as ``age_from`` says (see :mod:`edgeload.video.clock`)."""
         if self.age_from == "pts":
-            return self._clock.captured_at(grabbed_at, pts_ms)
+            captured = self._clock.captured_at(grabbed_at, pts_ms)
+            if not self._clock.timestamps:
+                self.age_from = "grab"  # what the stats say follows what was measured
+            return captured
         if self.age_from == "schedule":
             return due
         return grabbed_at

@@ -72,6 +72,7 @@ def test_capture_clock_anchors_on_the_least_delayed_frame():
     frozen = CaptureClock()
     frozen.captured_at(1.0, 0.0)
     assert frozen.captured_at(2.0, 0.0) == 2.0  # no timestamps: counts from the grab
+    assert not frozen.timestamps and clock.timestamps
 
 
 def test_live_edge_drops_the_burst_then_stays_live():
