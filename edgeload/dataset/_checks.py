@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 KINDS = ("auto", "thread", "process")
+_THREADS_PER_CPU = 4
 
 FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 """Attributes torch refuses to re-assign after construction (the sampling is built)."""
@@ -94,17 +95,24 @@ def check_context(context: Any, num_workers: Any) -> Any:
     return context
 
 
-def warn_worker_count(num_workers: Any) -> None:
-    """Warn, as torch does, when more workers are asked for than this process has CPUs."""
+def warn_worker_count(num_workers: Any, *, threads: bool) -> None:
+    """Warn, as torch does, when more workers are asked for than this process has CPUs.
+
+    Thread workers mostly wait on I/O or run code that releases the GIL, so for them
+    the limit is four per CPU.
+    """
     if not isinstance(num_workers, int) or num_workers <= 0:
         return
     has_affinity = hasattr(os, "sched_getaffinity")
     suggested = len(os.sched_getaffinity(0)) if has_affinity else os.cpu_count()
+    if suggested is not None and threads:
+        suggested *= _THREADS_PER_CPU
     if suggested is not None and num_workers <= suggested:
         return
+    what = "threads" if threads else "processes"
     cpuset = "" if has_affinity else " (`cpuset` is not taken into account)"
     warnings.warn(
-        f"This DataLoader will create {num_workers} worker processes in total. Our suggested max "
+        f"This DataLoader will create {num_workers} worker {what} in total. Our suggested max "
         f"number of worker in current system is {suggested}{cpuset}, which is smaller than "
         "what this DataLoader is going to create. Please be aware that excessive worker "
         "creation might get DataLoader running slow or even freeze, lower the worker number "

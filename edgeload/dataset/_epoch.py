@@ -57,7 +57,7 @@ class EpochIterator(Iterator[Any]):
         self._next_pos = 0
         self._pending: dict[int, Result] = {}
         self._in_flight: dict[int, Any] = {}  # position -> slot (or None)
-        self._workers: list[dict[str, Any]] = [{} for _ in range(n)]
+        self._worker_states: list[dict[str, Any]] = [{} for _ in range(n)]
         self._ended_workers: set[int] = set()
         self._cycle_next = 0
         # The worker after the one whose batch was yielded last: where a resume starts.
@@ -86,7 +86,7 @@ class EpochIterator(Iterator[Any]):
         self._cycle_next = self._resume_next = int(resume.get(KEY_NEXT_WORKER, 0))
         starts = []
         for w, ws in enumerate(saved or [{}] * self._n):
-            self._workers[w] = dict(ws)
+            self._worker_states[w] = dict(ws)
             if ws.get(KEY_W_ENDED):
                 self._ended_workers.add(w)
             starts.append(
@@ -106,11 +106,16 @@ class EpochIterator(Iterator[Any]):
             KEY_YIELDED: self._yielded,
             KEY_AHEAD: sorted(self._ahead),
             KEY_NEXT_WORKER: self._resume_next,
-            KEY_WORKERS: [dict(w) for w in self._workers],
+            KEY_WORKERS: [dict(w) for w in self._worker_states],
         }
 
     def __len__(self) -> int:
         return len(self._loader)
+
+    @property
+    def _workers(self) -> list[Any]:
+        """torch's name for the iterator's workers (some code joins them after ``del``)."""
+        return list(getattr(self._exec, "workers", []))
 
     def __iter__(self) -> EpochIterator:
         return self
@@ -233,7 +238,7 @@ class EpochIterator(Iterator[Any]):
                 worker=f"{kind}-worker-{w}",
                 traceback_text=text,
             ) from result.exc
-        ws = self._workers[w]
+        ws = self._worker_states[w]
         ws[KEY_W_RNG] = result.rng
         ws[KEY_W_CONSUMED] = result.consumed
         if result.ended:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import collections
 import errno
 import functools
+import os
+import re
+import signal
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
@@ -109,6 +112,15 @@ class PoolExecutor:
     def start_worker(self, worker: int, start: WorkerStart) -> None:
         self._starts[worker] = start
 
+    @property
+    def workers(self) -> list[Any]:
+        """The workers as torch's iterator lists them (``_workers``): processes, or
+        handles with the same calls for threads."""
+        backend = getattr(self._pool, "_backend", None)
+        if self.kind == "process":
+            return list(getattr(backend, "procs", []))
+        return [_ThreadHandle(t) for t in getattr(backend, "threads", [])]
+
     def slot_handle(self, slot: Any) -> Any:
         if slot is None:
             return None
@@ -144,12 +156,12 @@ class PoolExecutor:
         """A pool error as torch's DataLoader raises it: a worker's own exception (its
         ``worker_init_fn`` failed) as its type, a worker's death as a RuntimeError."""
         if isinstance(exc, WorkerDied) or exc.traceback_text is None:
-            pid = (exc.worker or "").replace("pid ", "")
-            return WorkerDied(
-                f"DataLoader worker (pid(s) {pid or '?'}) exited unexpectedly: {exc}",
-                index=exc.index,
-                worker=exc.worker,
-            )
+            pid = (exc.worker or "").replace("pid ", "") or "?"
+            code = re.search(r"exit code (-\d+)", str(exc))
+            what = f"(pid(s) {pid}) exited unexpectedly"
+            if code is not None:  # torch's words for a worker a signal killed
+                what = f"(pid {pid}) is killed by signal: {_signal_name(-int(code.group(1)))}."
+            return WorkerDied(f"DataLoader worker {what} {exc}", index=exc.index, worker=exc.worker)
         cause = exc.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.EMFILE:
             return worker_exception(
@@ -207,3 +219,32 @@ def make_loader_executor(loader: DataLoader[Any]) -> InlineExecutor | PoolExecut
         num_workers=loader._num_workers_resolved,
         context=loader.multiprocessing_context,
     )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.strsignal(number) or f"signal {number}"
+    except ValueError:
+        return f"signal {number}"
+
+
+class _ThreadHandle:
+    """A thread worker seen as torch sees a worker process (``pid``, ``exitcode``...)."""
+
+    def __init__(self, thread: Any) -> None:
+        self._thread = thread
+        self.pid = os.getpid()
+        self.name = thread.name
+
+    def is_alive(self) -> bool:
+        return bool(self._thread.is_alive())
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def exitcode(self) -> int | None:
+        return None if self.is_alive() else 0
+
+    def terminate(self) -> None:
+        """Threads cannot be killed; the loader stops them when the iterator goes."""

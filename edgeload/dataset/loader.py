@@ -196,8 +196,7 @@ class DataLoader(Generic[T_co]):
         self._skips: list[tuple[Any, str]] = []
         self._start_method = ""
         self._start_method_reason = ""
-        if worker_kind != "thread":  # threads past the core count are common (I/O waits)
-            warn_worker_count(num_workers)
+        warn_worker_count(num_workers, threads=worker_kind == "thread")
         self._initialized = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -210,6 +209,15 @@ class DataLoader(Generic[T_co]):
         if initialized and name == "multiprocessing_context":
             value = check_context(value, self.num_workers)
         super().__setattr__(name, value)
+
+    # torch's private names that code outside torch reads.
+    @property
+    def _auto_collation(self) -> bool:
+        return self._sampling.auto_collation
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self._sampling.index_sampler
 
     @property
     def _iter(self) -> EpochIterator | None:
