@@ -73,13 +73,20 @@ class LiveEdge:
     def __init__(self, interval_s: float, start: float) -> None:
         self._wait_s = _LIVE_EDGE_WAIT * interval_s
         self._until = start + MAX_CATCH_UP_S
+        self._first = True
         self.reached = False
 
     def is_backlog(self, grab_started: float, grabbed_at: float) -> bool:
-        """Whether the frame just grabbed is backlog (drop it); False once live."""
+        """Whether the frame just grabbed is backlog (drop it); False once live.
+
+        The first grab after an open proves nothing when it waits: that wait can be
+        the decoder starting (threads, the first key frame) with the backlog behind it.
+        """
         if self.reached:
             return False
-        if grabbed_at - grab_started >= self._wait_s or grabbed_at >= self._until:
+        first, self._first = self._first, False
+        waited = grabbed_at - grab_started >= self._wait_s and not first
+        if waited or grabbed_at >= self._until:
             self.reached = True
             return False
         return True

@@ -77,11 +77,13 @@ def test_capture_clock_anchors_on_the_least_delayed_frame():
 
 def test_live_edge_drops_the_burst_then_stays_live():
     edge = LiveEdge(interval_s=1 / 30, start=0.0)
+    assert edge.is_backlog(0.050, 0.100)  # the first grab's wait may be the decoder starting
     assert edge.is_backlog(0.100, 0.102)  # came back at once: buffered
     assert edge.is_backlog(0.102, 0.104)
     assert not edge.is_backlog(0.104, 0.130)  # waited for the network: live
     assert not edge.is_backlog(0.130, 0.131)  # and live from then on
     stuck = LiveEdge(interval_s=1 / 30, start=0.0)
+    assert stuck.is_backlog(0.0, 0.001)
     assert not stuck.is_backlog(3.5, 3.501)  # never waits: gives up after MAX_CATCH_UP_S
 
 
