@@ -253,7 +253,7 @@ class StreamLoader:
             stream_id=stream.sid, sink=make_sink(self._asm, stream, weak_call(self._running, bool)),
             ffmpeg_threads=self.plan.threads.ffmpeg, start_frame=stream.last_seq + 1,
             gate=gate if src.network else None,
-            wants=self._demand.wants if self._demand is not None else None,
+            wants=self._demand.wants if self._demand and src.policy == "latest" else None,
         )  # fmt: skip
         stream.reader.start()
 
