@@ -3,8 +3,10 @@
 It owns the capture and a per-stream decode buffer (``cap.retrieve(image=buf)``
 decodes into the same array every frame), walks the source's state machine and hands
 each frame to a sink, which resizes it into its place in a batch slot.  Frames the
-``fps`` limit does not want are grabbed and never retrieved, so they cost no
-colour conversion or copy.
+``fps`` limit does not want, the backlog a fresh connection hands over
+(:class:`~edgeload.video.clock.LiveEdge`) and ``latest`` frames no batch will ship
+(:mod:`edgeload.video.demand`) are grabbed and never retrieved, so they cost no
+colour conversion, copy or resize.
 """
 
 from __future__ import annotations
