@@ -6,9 +6,11 @@ replayed at their frame rate), consumed by one thread; and a DataLoader with 2 p
 workers (fresh each epoch, so worker start, shared slots and exit are exercised on every
 epoch) in the main thread, epoch after epoch.
 
-Every ``--interval-s`` it prints this process's PSS, its open file descriptors,
-its threads and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments. At the end it
-fits a line over the second half of the samples (the first half includes warm-up:
+After every epoch it reads this process's PSS, its open file descriptors, its threads
+and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments, and prints a reading every
+``--interval-s``. At the end it fits a line over the second half of the readings (one
+per epoch: PSS moves by +-10 MiB with the epoch's phase, so a few readings a minute
+cannot resolve 1 MiB/min) (the first half includes warm-up:
 allocator arenas, decoder buffers) and fails if PSS grows by 1 MiB/min or more, or open
 files, threads or shared bytes grow at all (slope of 0.5 per minute or more for counts;
 any growth for shared bytes).
@@ -17,6 +19,7 @@ any growth for shared bytes).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import subprocess
@@ -212,9 +215,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             while True:
                 now = time.monotonic()
+                gc.collect()  # unreachable garbage is not growth; what stays reachable is
+                row = sample()
+                rows.append((now - began, row))  # one reading per epoch for the fit
                 if now >= next_sample:
-                    row = sample()
-                    rows.append((now - began, row))
                     print(
                         f"{now - began:>6.0f} {row['pss_mib']:>8.1f} {row['fds']:>5.0f} "
                         f"{row['threads']:>7.0f} {row['shm_bytes'] / 1024:>8.0f} "
@@ -244,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
         "second-half slopes per minute: "
         + ", ".join(f"{k} {v:+.3f}" for k, v in slopes.items())
         + f" ({len(rows) - len(rows) // 2} samples; {counts['epochs']} epochs, "
-        f"{counts['batches']} stream batches, {counts['cuts']} camera cuts)"
+        f"{counts['batches']} stream batches, {counts['cuts']} camera cuts, "
+        f"{args.minutes:g} min)"
     )
     if grew:
         print("FAIL: " + "; ".join(grew))
