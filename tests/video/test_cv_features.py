@@ -56,7 +56,8 @@ def test_the_installed_opencv_is_read_and_the_guard_switch_drops_the_timeouts(mo
     monkeypatch.delenv(STALL_GUARD_VAR, raising=False)
     real = capture_features()
     assert real.version == parse_version(cv2.__version__)
-    assert real.timeouts == hasattr(cv2, "CAP_PROP_READ_TIMEOUT_MSEC")
+    assert real.params == (real.version >= (4, 5, 2))
+    assert real.timeouts == (real.params and hasattr(cv2, "CAP_PROP_READ_TIMEOUT_MSEC"))
     monkeypatch.setenv(STALL_GUARD_VAR, "1")
     assert not capture_features().timeouts
     assert any("stall guard" in instead for _, instead in capture_fallbacks())
