@@ -31,6 +31,7 @@ _log = logging.getLogger("edgeload")
 _DEFAULT_PORTS = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443}
 
 Address = Tuple[str, int]
+_RECUT_S = 0.5  # while a cut call is still blocked, cut again this often
 
 
 def remote_addresses(url: str) -> set[Address]:
@@ -103,12 +104,15 @@ class StallGuard:
         with self._lock:
             self._deadline = None
 
-    def stop(self) -> None:
-        """Stop watching; a reader blocked right now is released at once."""
-        self._stop.set()
+    def _blocked(self) -> bool:
         with self._lock:
-            blocked = self._deadline is not None
-        if blocked:
+            return self._deadline is not None
+
+    def stop(self) -> None:
+        """Stop watching; a reader blocked right now is released at once (and cut again
+        each poll until its call returns)."""
+        self._stop.set()
+        if self._blocked():
             self._cut("the stream is closing")
 
     def join(self, timeout_s: float) -> bool:
@@ -118,13 +122,20 @@ class StallGuard:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        while not self._stop.wait(POLL_INTERVAL_S):
+        # After stop() the thread stays while the reader is still blocked, cutting each
+        # poll: FFmpeg may open a new connection inside the same call (HTTP does).
+        while True:
+            stopping = self._stop.wait(POLL_INTERVAL_S)
             with self._lock:
-                late = self._deadline is not None and time.monotonic() > self._deadline
-                if late:
-                    self._deadline = None  # one cut per blocked call
+                now = time.monotonic()
+                blocked = self._deadline is not None
+                late = blocked and (stopping or now > (self._deadline or now))
+                if late and not stopping:
+                    self._deadline = now + _RECUT_S  # while still blocked, cut again
+            if stopping and not blocked:
+                return
             if late:
-                self._cut("no answer within the timeout")
+                self._cut("the stream is closing" if stopping else "no answer within the timeout")
 
     def _cut(self, why: str) -> None:
         n = cut_connections(self._addresses)
