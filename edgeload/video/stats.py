@@ -8,22 +8,52 @@ each file stream's next frame index, as plain ints and strings.
 
 from __future__ import annotations
 
+import collections
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .._compat import zip_strict
 from ..checkpoint import KEY_VERSION, check_version
 from ..measure import percentile
 from ._ffmpeg import rtsp_transport_used
 
-if TYPE_CHECKING:
-    from .streams import StreamLoader
-
 STATE_VERSION = 1
 
 KEY_STREAMS = "streams"
 KEY_URI = "uri"
 KEY_FRAME = "frame"
+
+
+class Telemetry:
+    """What the consumer has received: counted as each batch is built, read by ``stats()``."""
+
+    WINDOW = 2048
+    """Recent frame ages kept for the percentiles."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.ages: collections.deque[float] = collections.deque(maxlen=self.WINDOW)
+        self.delivered_at: collections.deque[float] = collections.deque(maxlen=64)
+
+    def delivered(self, ages: Sequence[float], now: float) -> None:
+        """One batch reached the consumer at ``now`` with frames of these ages (ms)."""
+        self.batches += 1
+        self.ages.extend(ages)
+        self.delivered_at.append(now)
+
+    def report(self) -> dict[str, Any]:
+        ages = list(self.ages)
+        times = list(self.delivered_at)
+        rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+        return {
+            "batches": self.batches,
+            "batch_rate": round(rate, 2),
+            "frame_age_ms": {
+                "p50": round(percentile(ages, 50), 1) if ages else None,
+                "p99": round(percentile(ages, 99), 1) if ages else None,
+            },
+        }
 
 
 def _transport(src: Any, target: Any) -> str | None:
@@ -70,44 +100,42 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
     return out
 
 
-def loader_stats(loader: StreamLoader) -> dict[str, Any]:
-    """The numbers behind ``StreamLoader.stats()``."""
-    with loader._lock:
-        streams = list(loader._streams.values())
-    ages = list(loader._ages) if loader._ages else None
-    times = list(loader._delivered_at)
-    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-    pre = loader._prefetch.stats()
-    pools = [p.stats() for p in loader._asm.pools() if not p.closed]
+def loader_stats(
+    streams: Sequence[Any],
+    telemetry: Telemetry,
+    prefetch: Any,
+    assembler: Any,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The numbers behind ``StreamLoader.stats()``, from the loader's parts.
+
+    ``settings`` carries the loader's own: ``deadline_ms``, ``memory_mode``,
+    ``memory_mode_reason`` and ``plan`` (its description).
+    """
+    report = telemetry.report()
+    pre = prefetch.stats()
+    pools = [p.stats() for p in assembler.pools() if not p.closed]
     slot_bytes = sum(p.nbytes for p in pools)
     return {
-        "batches": loader._batches,
-        "batch_rate": round(rate, 2),
+        "batches": report["batches"],
+        "batch_rate": report["batch_rate"],
         "queue_depth": pre.depth,
         "queue_drops": pre.drops,
-        "slot_misses": loader._asm.slot_misses,
-        "frame_age_ms": {
-            "p50": None if ages is None else round(percentile(ages, 50), 1),
-            "p99": None if ages is None else round(percentile(ages, 99), 1),
-        },
+        "slot_misses": assembler.slot_misses,
+        "frame_age_ms": report["frame_age_ms"],
         "frame_age_from": sorted({s.reader.age_from for s in streams if s.reader is not None}),
         "drops": sum(s.drops for s in streams),
         "bytes_held": pre.bytes_held,
         "slot_bytes": slot_bytes,
         "slot_copies": sum(p.copies for p in pools),
         "slot_gpu_waits": sum(p.gpu_waits for p in pools),
-        "deadline_ms": loader.deadline_ms,
-        "memory_mode": loader._mode,
-        "memory_mode_reason": loader._mode_reason,
-        "plan": loader.plan.describe(),
+        **settings,
         "streams": [_stream_stats(s) for s in streams],
     }
 
 
-def loader_state(loader: StreamLoader) -> dict[str, Any]:
+def loader_state(streams: Iterable[Any]) -> dict[str, Any]:
     """The numbers behind ``StreamLoader.state_dict()``."""
-    with loader._lock:
-        streams = list(loader._streams.values())
     return {
         KEY_VERSION: STATE_VERSION,
         KEY_STREAMS: [
@@ -118,15 +146,10 @@ def loader_state(loader: StreamLoader) -> dict[str, Any]:
     }
 
 
-def load_loader_state(loader: StreamLoader, state: dict[str, Any]) -> None:
-    """The work behind ``StreamLoader.load_state_dict()``."""
-    if loader._started:
-        raise ValueError(
-            "StreamLoader.load_state_dict() must come before iteration starts; "
-            "make a new loader and load the state into it"
-        )
+def load_loader_state(streams: Iterable[Any], state: dict[str, Any]) -> None:
+    """The work behind ``StreamLoader.load_state_dict()``: each file stream resumes."""
     check_version(state, "StreamLoader", STATE_VERSION)
-    files = [s for s in loader._streams.values() if s.source.kind == "file"]
+    files = [s for s in streams if s.source.kind == "file"]
     saved = state.get(KEY_STREAMS, [])
     if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
         raise ValueError(

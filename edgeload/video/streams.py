@@ -9,7 +9,6 @@ the slot (zero copies), and the slot is reused only once that tensor is gone.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -25,9 +24,7 @@ from ..pipeline.lifecycle import POLL_INTERVAL_S, State, join_threads, weak_call
 from ..pipeline.prefetch import END, Prefetcher
 from ..pipeline.slots import SlotPool
 from ..platform.profile import Profile
-from .assembler import MAX_OPEN, Assembler, Sealed
-from .batch import (
-    Batch,
+from ._delivery import (
     StreamEntry,
     build_batch,
     check_slot_mode,
@@ -36,17 +33,18 @@ from .batch import (
     raise_failures,
     watchdog,
 )
+from .assembler import MAX_OPEN, Assembler, Sealed
+from .batch import Batch
 from .capture import Target, build_target, hardware_decoder
 from .demand import Demand
 from .reader import StreamReader
 from .resize import Color, FrameWriter, Layout, ResizeMode
 from .source import Policy, VideoSource, as_source
-from .stats import load_loader_state, loader_state, loader_stats
+from .stats import Telemetry, load_loader_state, loader_state, loader_stats
 
 _log = logging.getLogger("edgeload")
 
 _JOIN_TIMEOUT_S = 10.0
-_WINDOW = 2048  # recent frame ages kept for the percentiles
 
 # evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
 SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]
@@ -205,9 +203,7 @@ class StreamLoader:
         self._mux = threading.Thread(target=self._asm.run, name="edgeload-video-mux", daemon=True)
         self._state = State.OPEN
         self._started = False
-        self._ages: collections.deque[float] = collections.deque(maxlen=_WINDOW)
-        self._delivered_at: collections.deque[float] = collections.deque(maxlen=64)
-        self._batches = 0
+        self._telemetry = Telemetry()
 
     def _make_stream(self, src: SourceLike) -> StreamEntry:
         source = as_source(src)
@@ -312,8 +308,7 @@ class StreamLoader:
         if item is END:
             raise_failures(self._streams_now(), raise_=self._on_error == "raise")
             raise StopIteration
-        self._batches += 1
-        batch = build_batch(item, self._streams, self._ages, self._delivered_at, self._copier)  # type: ignore[arg-type]
+        batch = build_batch(item, self._streams, self._telemetry, self._copier)  # type: ignore[arg-type]
         if self._demand is not None:
             self._demand.taken()
         return batch
@@ -350,11 +345,19 @@ class StreamLoader:
     def stats(self) -> dict[str, Any]:
         """Per stream: state, fps, drops, reconnects, last error; loader: batch rate,
         queue depth, frame age p50/p99, bytes held."""
-        return loader_stats(self)
+        settings = {
+            "deadline_ms": self.deadline_ms,
+            "memory_mode": self._mode,
+            "memory_mode_reason": self._mode_reason,
+            "plan": self.plan.describe(),
+        }
+        return loader_stats(
+            self._streams_now(), self._telemetry, self._prefetch, self._asm, settings
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Each file stream's next frame index (what the consumer received), plain data."""
-        return loader_state(self)
+        return loader_state(self._streams_now())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue each file stream after the last frame the consumer received.
@@ -363,7 +366,12 @@ class StreamLoader:
             ValueError: a state of another version or other sources; or called after
                 iteration started (resume is for a fresh loader).
         """
-        load_loader_state(self, state)
+        if self._started:
+            raise ValueError(
+                "StreamLoader.load_state_dict() must come before iteration starts; "
+                "make a new loader and load the state into it"
+            )
+        load_loader_state(self._streams_now(), state)
 
     def _check_open(self, what: str) -> None:
         if self._state is State.CLOSED:
