@@ -11,8 +11,8 @@
 #   scripts/test-targets.sh shell      a shell in the root's venv, in the copied tree
 #
 # The root is cached outside the clone, in $EDGELOAD_TARGETS_CACHE (default
-# /var/cache/edgeload-targets): about 17 minutes to build from scratch on 2 cores, seconds
-# when cached.  Each build step checks what is already there, so an interrupted build
+# /var/cache/edgeload-targets): 17-25 minutes to build from scratch on 2 cores (25 on a
+# busy shared box), seconds when cached; the tests take 5-10 minutes under emulation.  Each build step checks what is already there, so an interrupted build
 # resumes.  Every download is retried; a failure after the retries, or any failing test,
 # fails the script.  Extra arguments after `test` go to pytest.  EDGELOAD_SKIP_TARGETS=1
 # skips it all, loudly (for a machine that cannot run emulated binaries; not for CI).
@@ -263,7 +263,8 @@ run_tests() {
     timed "install over the system numpy" install_test
     say "pytest on the emulated root: ${TARGET_TESTS[*]} $*"
     timed "pytest (emulated)" in_venv 1800 python -m pytest -q -p no:cacheprovider \
-        -o timeout=300 -m "not slow" --basetemp=/tmp/edgeload-pytest -rfEs "${TARGET_TESTS[@]}" "$@"
+        -o timeout=300 -m "not slow" --basetemp=/tmp/edgeload-pytest -rfEs --durations=10 \
+        "${TARGET_TESTS[@]}" "$@"
     say "tests on the emulated root passed in $((SECONDS - t0)) s"
 }
 
