@@ -232,6 +232,21 @@ class HostEngine:
         """Queue a "kernel" that keeps ``stream`` (default: current) busy for ``seconds``."""
         (stream or self.current_stream()).submit(seconds, lambda: None)
 
+    def hold(self, *, stream: HostStream | None = None) -> threading.Event:
+        """Stall ``stream`` (default: current) until the returned event is set.
+
+        A "kernel" of unknown length: tests that need work to be still queued at a
+        given point set the event only after checking, so no timing is involved.
+        Released after WAIT_LIMIT_S at the latest.
+        """
+        gate = threading.Event()
+
+        def stall() -> None:
+            gate.wait(WAIT_LIMIT_S)
+
+        (stream or self.current_stream()).submit(0.0, stall)
+        return gate
+
     def read_later(self, tensor: Any, *, stream: HostStream | None = None) -> Any:
         """Queue a "kernel" that reads ``tensor`` when it runs; returns what it read.
 
