@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 from ..errors import ClosedError, WorkerError
+from ..pipeline.lifecycle import State
 from ._checks import FROZEN, check_arguments, check_context, warn_worker_count
 from ._datapipes import draw_shared_seed, is_iter_datapipe
 from ._device import check_gpu_mode, pin_batch
@@ -191,7 +192,7 @@ class DataLoader(Generic[T_co]):
         self._base_seed: int | None = None
         self._resume: dict[str, Any] | None = None
         self._pin = False
-        self._closed = False
+        self._state = State.UNOPENED  # OPEN from the first iter(), CLOSED by close()
         self._counters = {"batches": 0, "samples_skipped": 0, "epochs": 0}
         self._skips: list[tuple[Any, str]] = []
         self._start_method = ""
@@ -241,8 +242,9 @@ class DataLoader(Generic[T_co]):
 
     def __iter__(self) -> Iterator[Any]:
         """Start an epoch (or resume the one loaded by ``load_state_dict``)."""
-        if self._closed:
+        if self._state is State.CLOSED:
             raise ClosedError("DataLoader: iter() after close()")
+        self._state = State.OPEN
         if self._iter is not None and not self._iter._done:
             self._abandon()
         self._resolve()
@@ -359,7 +361,7 @@ class DataLoader(Generic[T_co]):
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, memory
         mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
-        if not self._closed:
+        if self._state is not State.CLOSED:
             self._resolve()
         return {
             **self._counters,
@@ -399,9 +401,9 @@ class DataLoader(Generic[T_co]):
 
     def close(self) -> None:
         """Stop the workers and free the slots; idempotent."""
-        if self._closed:
+        if self._state is State.CLOSED:
             return
-        self._closed = True
+        self._state = State.CLOSED
         self._abandon()
         self._slots.close()
 

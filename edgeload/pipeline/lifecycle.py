@@ -62,8 +62,13 @@ _THREAD_ENV_VARS = (
 
 
 class State(enum.Enum):
-    """Lifecycle of an object that owns threads, processes or memory."""
+    """Lifecycle of an object that owns threads, processes or memory.
 
+    Pools and prefetchers are ``OPEN`` from construction; the loaders start
+    ``UNOPENED`` (planned, nothing running) and open on their first ``iter()``.
+    """
+
+    UNOPENED = "unopened"
     OPEN = "open"
     CLOSED = "closed"
 

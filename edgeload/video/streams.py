@@ -201,8 +201,7 @@ class StreamLoader:
         )
         self._asm.set_streams(list(self._streams))
         self._mux = threading.Thread(target=self._asm.run, name="edgeload-video-mux", daemon=True)
-        self._state = State.OPEN
-        self._started = False
+        self._state = State.UNOPENED
         self._telemetry = Telemetry()
 
     def _make_stream(self, src: SourceLike) -> StreamEntry:
@@ -260,9 +259,9 @@ class StreamLoader:
             ClosedError: after ``close()``.
         """
         self._check_open("start()")
-        if self._started:
+        if self._state is State.OPEN:
             return self
-        self._started = True
+        self._state = State.OPEN
         require_torch()  # imported now, not while the first batches wait
         require_cv2().setNumThreads(self.plan.threads.cv2)
         with self._lock:
@@ -323,7 +322,7 @@ class StreamLoader:
         stream = self._make_stream(source)
         self._target(stream)
         self._asm.set_streams(list(self._streams))
-        if self._started:
+        if self._state is State.OPEN:
             self._start_reader(stream, [])
         return stream.sid
 
@@ -366,7 +365,7 @@ class StreamLoader:
             ValueError: a state of another version or other sources; or called after
                 iteration started (resume is for a fresh loader).
         """
-        if self._started:
+        if self._state is State.OPEN:
             raise ValueError(
                 "StreamLoader.load_state_dict() must come before iteration starts; "
                 "make a new loader and load the state into it"
@@ -395,5 +394,5 @@ class StreamLoader:
             pool.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_state", State.CLOSED) is State.OPEN:
+        if getattr(self, "_state", State.CLOSED) is not State.CLOSED:
             self.close()
