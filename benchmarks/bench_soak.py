@@ -181,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
             VideoSource(url, read_timeout_s=2, open_timeout_s=3, backoff_s=(0.2, 1.0)),
             *(VideoSource(clip, loop=True, realtime=True) for _ in range(3)),
         ]
-        streams = StreamLoader(sources, size=(160, 120), batch=4)
+        # Started here, not by the consumer thread: stats and close() see running streams.
+        streams = StreamLoader(sources, size=(160, 120), batch=4).start()
 
         def consume() -> None:
             for _batch in streams:
@@ -224,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{row['threads']:>7.0f} {row['shm_bytes'] / 1024:>8.0f} "
                         f"{counts['epochs']:>6} {counts['batches']:>7} "
                         f"{counts['cuts']:>4} "
-                        f"{streams.stats()['streams'][0]['reconnects']:>10}",
+                        f"{streams.stats()['streams'][0].get('reconnects', 0):>10}",
                         flush=True,
                     )
                     next_sample += args.interval_s
