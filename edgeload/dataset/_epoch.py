@@ -50,6 +50,8 @@ class EpochIterator(Iterator[Any]):
         self._order = order
         self._base_seed = base_seed
         self._exec = loader._executor_for_epoch()
+        # Taken now: once the pass ends, the pool releases its process objects.
+        self._worker_handles = list(getattr(self._exec, "workers", []))
         n = max(1, loader._num_workers_resolved)
         self._n = n
         self._yielded = 0
@@ -115,7 +117,7 @@ class EpochIterator(Iterator[Any]):
     @property
     def _workers(self) -> list[Any]:
         """torch's name for the iterator's workers (some code joins them after ``del``)."""
-        return list(getattr(self._exec, "workers", []))
+        return list(self._worker_handles)
 
     def __iter__(self) -> EpochIterator:
         return self

@@ -8,6 +8,7 @@ a worker that gets no task in an epoch costs nothing.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import functools
 import os
@@ -118,7 +119,7 @@ class PoolExecutor:
         handles with the same calls for threads."""
         backend = getattr(self._pool, "_backend", None)
         if self.kind == "process":
-            return list(getattr(backend, "procs", []))
+            return [_ProcessHandle(p) for p in getattr(backend, "procs", [])]
         return [_ThreadHandle(t) for t in getattr(backend, "threads", [])]
 
     def slot_handle(self, slot: Any) -> Any:
@@ -248,3 +249,34 @@ class _ThreadHandle:
 
     def terminate(self) -> None:
         """Threads cannot be killed; the loader stops them when the iterator goes."""
+
+
+class _ProcessHandle:
+    """A worker process that stays answerable after the pool has closed (released) it."""
+
+    def __init__(self, proc: Any) -> None:
+        self._proc = proc
+        self.pid = proc.pid
+        self.name = proc.name
+
+    def is_alive(self) -> bool:
+        try:
+            return bool(self._proc.is_alive())
+        except ValueError:  # closed: the pool joined it first
+            return False
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(ValueError):
+            self._proc.join(timeout)
+
+    @property
+    def exitcode(self) -> int | None:
+        try:
+            code: int | None = self._proc.exitcode
+        except ValueError:
+            return 0  # released only after a clean join
+        return code
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._proc.terminate()

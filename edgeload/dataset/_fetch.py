@@ -19,7 +19,7 @@ import numpy as np
 
 from .._compat import format_exception
 from . import _collate, _datapipes
-from ._worker_ctx import enter_worker, restore_rng, snapshot_rng
+from ._worker_ctx import enter_worker, outside_worker, restore_rng, snapshot_rng
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,14 @@ class Fetcher:
                 if _collate.write_samples(layout, buf, samples):
                     result.data = _collate.read_batch(layout, buf, len(samples))
                     return
-        result.data = _collate.default_collate()(samples)
+        if self.mode == "thread":
+            # torch's default_collate puts a batch made in a worker into shared memory
+            # (one file descriptor per tensor), for the pipe to a worker process; a
+            # thread's batch needs none of that.
+            with outside_worker():
+                result.data = _collate.default_collate()(samples)
+        else:
+            result.data = _collate.default_collate()(samples)
 
 
 _SKIPPED = object()

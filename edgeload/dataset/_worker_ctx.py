@@ -21,11 +21,12 @@ carries them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import logging
 import random
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -178,6 +179,17 @@ class ThreadWorkerInfo:
     dataset: Any
     rng: Any
     worker_method: str = "thread"
+
+
+@contextlib.contextmanager
+def outside_worker() -> Iterator[None]:
+    """Hide this thread worker's info from torch for a moment (see ``Fetcher._collate``)."""
+    info = getattr(_local, "info", None)
+    _local.info = None
+    try:
+        yield
+    finally:
+        _local.info = info
 
 
 def leave_worker() -> None:

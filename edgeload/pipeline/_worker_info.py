@@ -111,26 +111,32 @@ def choose_start_method(requested: str | None = None) -> str:
 
 
 class _MainFinder(pickle.Pickler):
-    """Pickles to nowhere, noting whether anything defined in ``__main__`` is referenced."""
+    """Pickles to nowhere, noting the modules of the classes and functions it refers to."""
 
-    uses_main = False
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self.modules: set[str] = set()
+
+    @property
+    def uses_main(self) -> bool:
+        return "__main__" in self.modules
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)) and (
-            getattr(obj, "__module__", None) == "__main__"
-        ):
-            self.uses_main = True
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                self.modules.add(module)
         return NotImplemented
 
 
-def _why_not_picklable(payload: Any) -> tuple[str, bool]:
-    """('' or why ``payload`` does not pickle, whether it refers to ``__main__``)."""
+def _why_not_picklable(payload: Any) -> tuple[str, _MainFinder]:
+    """('' or why ``payload`` does not pickle, what the pickling saw)."""
     finder = _MainFinder(io.BytesIO())
     try:
         finder.dump(payload)
     except Exception as exc:  # locals, lambdas, locks, shared values, open files...
-        return f"{type(exc).__name__}: {exc}", finder.uses_main
-    return "", finder.uses_main
+        return f"{type(exc).__name__}: {exc}", finder
+    return "", finder
 
 
 @functools.lru_cache(maxsize=8)
@@ -151,9 +157,15 @@ def _has_main_guard(path: str) -> bool:
     return False
 
 
-def _why_fork(payload: Any) -> str:
-    """Why only ``fork`` can start workers for ``payload`` here ('' when others can)."""
-    failure, uses_main = _why_not_picklable(payload)
+def _why_fork(payload: Any) -> tuple[str, set[str]]:
+    """Why only ``fork`` can start workers for ``payload`` here ('' when others can),
+    and the modules the workers would import to unpickle it."""
+    failure, finder = _why_not_picklable(payload)
+    why = _why_fork_given(failure, finder.uses_main)
+    return why, finder.modules
+
+
+def _why_fork_given(failure: str, uses_main: bool) -> str:
     if failure:
         return f"what the workers run does not pickle ({failure})"
     main = sys.modules.get("__main__")
@@ -188,7 +200,7 @@ def start_method_for(requested: str | None, payload: Any) -> tuple[str, str]:
     if "fork" not in methods:
         method = multiprocessing.get_start_method(allow_none=False)
         return method, f"this platform cannot fork: its default, {method}"
-    why = _why_fork(payload)
+    why, modules = _why_fork(payload)
     if why and _cuda_initialised():
         raise PlatformError(
             f"process workers would need fork ({why}), but CUDA is initialised and a "
@@ -197,7 +209,27 @@ def start_method_for(requested: str | None, payload: Any) -> tuple[str, str]:
         )
     if why:
         return "fork", f"fork, as torch does: {why}"
-    return choose_start_method(), _default_reason()
+    method = choose_start_method()
+    if method == "forkserver":
+        _preload_forkserver(modules)
+    return method, _default_reason()
+
+
+_FORKSERVER_PRELOAD = ["__main__", "numpy", "torch"]
+
+
+def _preload_forkserver(modules: set[str]) -> None:
+    """Have the fork server import torch and the dataset's modules once, before it forks.
+
+    Each forkserver worker otherwise imports them itself when it unpickles its dataset:
+    seconds per worker on a small board (torch alone takes one or two). It takes effect
+    only when the server starts, which is the first time any code uses forkserver.
+    """
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is None:
+        extra = sorted(m for m in modules if m != "__main__" and not m.startswith("_"))
+        multiprocessing.set_forkserver_preload([*_FORKSERVER_PRELOAD, *extra])
 
 
 def _default_reason() -> str:
