@@ -95,7 +95,10 @@ mount_root() {
 umount_root() {
     local m
     for m in dev/shm sys proc ""; do
-        if mountpoint -q "$R/$m" 2>/dev/null; then umount "$R/$m" || umount -l "$R/$m"; fi
+        # a process of the tests may still be leaving: wait a moment, then detach lazily
+        if mountpoint -q "$R/$m" 2>/dev/null; then
+            umount "$R/$m" 2>/dev/null || { sleep 2; umount "$R/$m" 2>/dev/null; } || umount -l "$R/$m"
+        fi
     done
 }
 # A clean environment: the host's PIP_FIND_LINKS, pip.conf and PYTHON* settings stay out.
