@@ -97,9 +97,15 @@ def test_streamloader_copies_per_batch(tmp_path_factory, mode, expected):
                 copies.append(engine.copies())
                 assert engine.is_device_tensor(batch.frames)
             del batch
+            # A batch that found no free slot (a loaded box: the mux ran ahead of a
+            # consumer still holding the previous batch) was written to fresh host
+            # memory, and its one pageable copy is that fallback's, not the mode's.
+            fallbacks = loader.stats()["slot_copies"]
         per_kind = collections.Counter()
         for before, after in zip(copies, copies[1:]):
             per_kind.update({k: after[k] - before[k] for k in after})
         steps = len(copies) - 1
-        assert steps >= 10
-        assert {k: v / steps for k, v in per_kind.items() if v} == expected
+        assert steps >= 10 and fallbacks <= steps // 4
+        for kind in set(per_kind) | set(expected):
+            want = expected.get(kind, 0) * steps
+            assert want <= per_kind[kind] <= want + fallbacks, (kind, dict(per_kind), fallbacks)
