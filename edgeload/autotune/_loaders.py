@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -202,18 +203,22 @@ class DatasetWorkload:
         budget = int(config.get("thread_budget", 1))
         old_threads = torch.get_num_threads()
         torch.set_num_threads(max(1, budget - min(budget, workers)))
-        loader: DataLoader[Any] = DataLoader(
-            self.dataset,
-            batch_size=int(config.get("batch_size", self.batch)),
-            num_workers=workers,
-            worker_kind=config.get("worker_kind", "auto"),
-            prefetch_bytes=config.get("prefetch_bytes"),
-            memory_mode=str(config.get("memory_mode", "auto")),
-            timeout=self.timeout_s,
-            # A trial spans many epochs of a small dataset; restarting process workers
-            # each epoch would measure start-up, not loading.
-            persistent_workers=workers > 0,
-        )
+        with warnings.catch_warnings():
+            # The sweep tries worker counts past the CPU count on purpose (measuring is
+            # how it finds out): torch's over-subscription warning is not news here.
+            warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+            loader: DataLoader[Any] = DataLoader(
+                self.dataset,
+                batch_size=int(config.get("batch_size", self.batch)),
+                num_workers=workers,
+                worker_kind=config.get("worker_kind", "auto"),
+                prefetch_bytes=config.get("prefetch_bytes"),
+                memory_mode=str(config.get("memory_mode", "auto")),
+                timeout=self.timeout_s,
+                # A trial spans many epochs of a small dataset; restarting process workers
+                # each epoch would measure start-up, not loading.
+                persistent_workers=workers > 0,
+            )
         try:
             yield _samples(loader)
         finally:

@@ -229,8 +229,11 @@ def test_bad_arguments_name_the_value():
         WorkerPool(square, kind="fiber")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
         WorkerPool(square, num_workers=0)
-    with pytest.raises(ValueError, match=r"picklable fn.*kind='thread'"):
-        WorkerPool(lambda x: x, kind="process")
+    # fork inherits fn (as torch's workers do); a spawned worker must unpickle it
+    with pytest.raises(
+        ValueError, match=r"spawn process workers need a picklable fn.*kind='thread'"
+    ):
+        WorkerPool(lambda x: x, kind="process", start_method="spawn")
     with pytest.raises(ValueError, match="start_method must be one of"):
         choose_start_method("teleport")
     assert choose_start_method() in ("fork", "forkserver", "spawn")
