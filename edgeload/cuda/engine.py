@@ -86,6 +86,15 @@ class CopyCounter:
             return {kind: self._counts[kind] for kind in COPY_KINDS}
 
 
+def torch_device(device: Any) -> Any:
+    """``device`` as a ``torch.device``; PlatformError when torch cannot read it."""
+    torch = require_torch()
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise PlatformError(f"device={device!r} is not a torch device: {exc}") from exc
+
+
 def device_error(device: Any, count: int, backend: str) -> PlatformError:
     """The error for a ``device=`` this machine does not have."""
     have = ", ".join(f"'cuda:{i}'" for i in range(count)) or "none"
@@ -145,10 +154,7 @@ class CudaEngine:
     def check_device(self, device: Any) -> Any:
         """``device`` as a ``torch.device`` with its index; PlatformError if absent."""
         torch = require_torch()
-        try:
-            chosen = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise PlatformError(f"device={device!r} is not a torch device: {exc}") from exc
+        chosen = torch_device(device)
         if chosen.type != "cuda":
             raise PlatformError(
                 f"device={device!r}: edgeload moves batches to CUDA devices only; pass "

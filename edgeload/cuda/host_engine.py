@@ -30,7 +30,7 @@ from ..errors import PlatformError
 from ..vocabulary import GPU_MEMORY_MODES
 from ._host_streams import WAIT_LIMIT_S, HostEvent, HostStream
 from ._owner import SlotMemory, address_of, find_owner
-from .engine import CopyCounter, device_error
+from .engine import CopyCounter, device_error, torch_device
 from .status import CudaStatus
 
 __all__ = ["HostEngine", "HostEvent", "HostStream"]
@@ -100,10 +100,7 @@ class HostEngine:
 
     def check_device(self, device: Any) -> Any:
         torch = require_torch()
-        try:
-            chosen = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise PlatformError(f"device={device!r} is not a torch device: {exc}") from exc
+        chosen = torch_device(device)
         index = 0 if chosen.index is None else chosen.index
         if chosen.type != "cuda" or not 0 <= index < self.device_count:
             raise device_error(device, self.device_count, "the host engine")
