@@ -9,14 +9,13 @@ as it does there (no timeout properties) so the same tests exercise the guard.
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 from types import SimpleNamespace
 
 import cv2
 import pytest
-from _media import clip, media_dir
+from _servers import SilentServer, frozen_http_camera, wait_until
 
 from edgeload.video import VideoSource
 from edgeload.video._cutoff import cut_connections, remote_addresses
@@ -87,56 +86,22 @@ def test_cut_connections_ends_a_blocked_recv():
         peer.close()
 
 
-def _silent_server():
-    """Accepts TCP connections and never says anything (a hung camera)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held = []
-    stop = threading.Event()
-
-    def serve():
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=serve, name="test-silent", daemon=True)
-    thread.start()
-
-    def close():
-        stop.set()
-        thread.join(5)
-        for conn in held:
-            conn.close()
-        server.close()
-
-    return server.getsockname()[1], close
-
-
 @pytest.mark.parametrize("scheme", ["rtsp", "http"])
 def test_the_guard_frees_a_reader_stuck_opening_a_silent_camera(monkeypatch, scheme):
     monkeypatch.setenv(STALL_GUARD_VAR, "1")
-    port, close = _silent_server()
-    try:
-        url = f"{scheme}://127.0.0.1:{port}/cam"
+    with SilentServer() as camera:
+        url = f"{scheme}://127.0.0.1:{camera.port}/cam"
         source = VideoSource(url, open_timeout_s=1, read_timeout_s=1, backoff_s=(0.1, 0.2))
         target = build_target(scheme, url, backend="ffmpeg", preferred="ffmpeg",
                               decoder="software")  # fmt: skip
         reader = StreamReader(source, target, stream_id=11, sink=lambda f, i: True)
         reader.start()
-        deadline = time.monotonic() + 20
-        while reader.attempts < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: reader.attempts >= 2, 20)
         attempts = reader.attempts
         stopped_at = time.monotonic()
         reader.stop()
         assert reader.join(10)
         took = time.monotonic() - stopped_at
-    finally:
-        close()
     # each open gave up after about open_timeout_s (OpenCV's own limit is 30 s)
     assert attempts >= 2, reader.last_error
     assert took < 5, took  # stop() cut the open in progress
@@ -144,17 +109,8 @@ def test_the_guard_frees_a_reader_stuck_opening_a_silent_camera(monkeypatch, sch
 
 
 def test_the_guard_reconnects_a_frozen_http_stream(monkeypatch, tmp_path_factory, tmp_path):
-    from test_source import _stalling_http_server
-
     monkeypatch.setenv(STALL_GUARD_VAR, "1")
-    longer = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=3.0)
-    ts = tmp_path / "clip.ts"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(longer), "-c", "copy", "-f",
-                    "mpegts", str(ts)], check=True, timeout=30)  # fmt: skip
-    stop = threading.Event()
-    server, thread = _stalling_http_server(ts.read_bytes(), stop)
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/cam"
+    with frozen_http_camera(tmp_path_factory, tmp_path) as url:
         source = VideoSource(url, read_timeout_s=1, open_timeout_s=3, backoff_s=(0.1, 0.2))
         target = build_target("http", url, backend="ffmpeg", preferred="ffmpeg",
                               decoder="software")  # fmt: skip
@@ -162,16 +118,9 @@ def test_the_guard_reconnects_a_frozen_http_stream(monkeypatch, tmp_path_factory
         reader = StreamReader(source, target, stream_id=12,
                               sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
         reader.start()
-        deadline = time.monotonic() + 20
-        while reader.reconnects < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: reader.reconnects >= 1, 20)
         reader.stop()
         assert reader.join(10)
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
     assert reader.reconnects >= 1, reader.last_error
     assert reader._guard.cuts >= 1
     assert len(seqs) > 0 and seqs == sorted(seqs)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from _media import clip, media_dir
+from _servers import frozen_http_camera, wait_until
 
 from edgeload.errors import SourceError
 from edgeload.video import SourceState, VideoSource
@@ -182,41 +183,8 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
     assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
 
 
-def _stalling_http_server(payload: bytes, stop: threading.Event):
-    """HTTP on loopback: each GET sends half of ``payload``, then goes silent, open."""
-    import http.server
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "video/mp2t")
-            self.end_headers()
-            self.wfile.write(payload[: len(payload) // 2])
-            self.wfile.flush()
-            stop.wait(20)  # a camera that froze without closing the connection
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
-    thread.start()
-    return server, thread
-
-
 def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
-    import subprocess
-
-    # 3 s, so the half that is sent outlasts FFmpeg's 1 s stream probe.
-    longer = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=3.0)
-    ts = tmp_path / "clip.ts"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(longer), "-c", "copy", "-f",
-                    "mpegts", str(ts)], check=True, timeout=30)  # fmt: skip
-    stop = threading.Event()
-    server, thread = _stalling_http_server(ts.read_bytes(), stop)
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/cam"
+    with frozen_http_camera(tmp_path_factory, tmp_path) as url:
         source = VideoSource(url, read_timeout_s=1, open_timeout_s=3, backoff_s=(0.1, 0.2))
         target = build_target("http", url, backend="ffmpeg", preferred="ffmpeg",
                               decoder="software")  # fmt: skip
@@ -224,16 +192,9 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
         reader = StreamReader(source, target, stream_id=5,
                               sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
         reader.start()
-        deadline = time.monotonic() + 15
-        while reader.reconnects < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: reader.reconnects >= 1, 15)
         reader.stop()
         assert reader.join(5)
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
     assert reader.reconnects >= 1, reader.last_error
     assert "stopped delivering frames" in (reader.last_error or "")
     assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import tracemalloc
@@ -11,6 +10,7 @@ import cv2
 import numpy as np
 import pytest
 from _media import clip, media_dir, truncated_copy
+from _servers import SilentServer
 
 from edgeload._compat import zip_strict
 from edgeload.errors import ClosedError, SourceError
@@ -185,32 +185,9 @@ def test_kept_batches_are_never_overwritten(media):
     assert all(np.array_equal(t.numpy(), snap) for t, snap in kept)
 
 
-def _silent_server():
-    """A TCP server on loopback that accepts connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held = []
-    stop = threading.Event()
-
-    def accept():
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, name="test-silent-server", daemon=True)
-    thread.start()
-    return server, stop, thread, held
-
-
 def test_a_camera_whose_open_hangs_does_not_stop_the_others(media):
-    server, stop, thread, held = _silent_server()
-    port = server.getsockname()[1]
-    try:
-        hanging = VideoSource(f"rtsp://127.0.0.1:{port}/cam", open_timeout_s=2.0,
+    with SilentServer() as camera:
+        hanging = VideoSource(f"rtsp://127.0.0.1:{camera.port}/cam", open_timeout_s=2.0,
                               backoff_s=(0.1, 0.2))  # fmt: skip
         replay = VideoSource(media["small"], realtime=True, loop=True)
         with StreamLoader([hanging, replay], size=(32, 32), deadline_ms=100) as loader:
@@ -224,15 +201,9 @@ def test_a_camera_whose_open_hangs_does_not_stop_the_others(media):
             stats = loader.stats()
             closing = time.monotonic()
         assert time.monotonic() - closing < 20.0  # a hang would be the join timeout
-    finally:
-        stop.set()
-        thread.join(2)
-        server.close()
-        for conn in held:
-            conn.close()
     cam, file = stats["streams"]
     assert file["state"] == "streaming" and file["reconnects"] == 0
-    assert held, "the camera did connect to the silent server"
+    assert camera.held, "the camera did connect to the silent server"
     assert cam["state"] in ("connecting", "reconnecting") and cam["attempts"] >= 2
     assert "open timeout" in cam["last_error"]
     assert got[0] < 10.0  # the file delivered while the camera could not open (valid above)
