@@ -3,8 +3,8 @@
 A :class:`StreamEntry` is one stream inside a loader: its source, its frame writer,
 its reader thread and what the consumer has received from it.  ``make_sink`` joins a
 reader to the assembler; ``build_batch`` turns a shipped slot into a :class:`Batch`
-and counts it in the loader's :class:`~edgeload.video.stats.Telemetry`; ``watchdog``
-and ``raise_failures`` run the stream-level rules.
+and counts it in the loader's :class:`~edgeload.video.stats.Telemetry`;
+``raise_failures`` reports the streams that ended with an error.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import numpy as np
 
 from .._deps import require_torch
 from ..errors import SourceError
+from ._frame_loop import Sink
 from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
-from .reader import Sink, StreamReader
+from .reader import StreamReader
 from .resize import FrameWriter
-from .source import FrameInfo, SourceState, VideoSource
+from .source import FrameInfo, VideoSource
 from .stats import Telemetry
 
 _log = logging.getLogger("edgeload")
@@ -61,29 +62,16 @@ def make_sink(asm: Assembler, stream: StreamEntry, running: Callable[[], bool]) 
     return sink
 
 
-def watchdog(streams: Iterable[StreamEntry]) -> None:
-    """Reconnect a live stream that has been streaming without a frame for too long."""
-    now = time.monotonic()
-    for stream in streams:
-        reader = stream.reader
-        if reader is None:
-            continue
-        since = reader.last_frame_at or reader.streaming_since
-        streaming = stream.source.live and reader.state is SourceState.STREAMING
-        if streaming and since is not None and now - since > stream.source.stall_timeout_s:
-            reader.request_reconnect()
-
-
 def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
     """Report each stream that ended with an error once: raise SourceError, or log it."""
     for stream in streams:
-        reader = stream.reader
-        if reader is None or not reader.state.done or reader.last_error is None:
+        conn = None if stream.reader is None else stream.reader.connection
+        if conn is None or not conn.phase.done or conn.last_error is None:
             continue
         if stream.error_reported:
             continue
         stream.error_reported = True
-        message = f"stream {stream.sid} ({stream.source.name}): {reader.last_error}"
+        message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error}"
         if raise_:
             raise SourceError(message, source=stream.source.uri)
         _log.warning("edgeload: %s", message)

@@ -75,27 +75,28 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
         "pipeline": target.open_string,
         "rtsp_transport": _transport(src, target),
         "policy": src.policy,
-        "state": "pending" if reader is None else reader.state.value,
+        "state": "pending" if reader is None else reader.connection.phase.value,
         "delivered": stream.delivered,
         "drops": stream.drops,
     }
     if reader is not None:
-        age = None if reader.last_frame_at is None else (now - reader.last_frame_at) * 1000
+        conn, frames = reader.connection, reader.frame_loop
+        age = None if frames.last_frame_at is None else (now - frames.last_frame_at) * 1000
         out.update(
-            frames=reader.frames,
-            fps_measured=round(reader.fps_measured(), 2),
-            fps_reported=reader.fps_reported,
-            skipped=reader.skipped,
-            late=reader.late,
-            backlog=reader.backlog,
-            unconverted=reader.unconverted,
-            age_from=reader.age_from,
-            reconnects=reader.reconnects,
-            attempts=reader.attempts,
-            last_error=reader.last_error,
+            frames=frames.frames,
+            fps_measured=round(frames.fps_measured(), 2),
+            fps_reported=frames.fps_reported,
+            skipped=frames.skipped,
+            late=frames.late,
+            backlog=frames.backlog,
+            unconverted=frames.unconverted,
+            age_from=frames.age_from,
+            reconnects=conn.reconnects,
+            attempts=conn.attempts,
+            last_error=conn.last_error,
             last_frame_age_ms=None if age is None else round(age, 1),
-            retry_in_s=None if reader.retry_at is None else round(reader.retry_at - now, 2),
-            position=reader.position,
+            retry_in_s=None if conn.retry_at is None else round(conn.retry_at - now, 2),
+            position=frames.position,
         )
     return out
 
@@ -123,7 +124,9 @@ def loader_stats(
         "queue_drops": pre.drops,
         "slot_misses": assembler.slot_misses,
         "frame_age_ms": report["frame_age_ms"],
-        "frame_age_from": sorted({s.reader.age_from for s in streams if s.reader is not None}),
+        "frame_age_from": sorted(
+            {s.reader.frame_loop.age_from for s in streams if s.reader is not None}
+        ),
         "drops": sum(s.drops for s in streams),
         "bytes_held": pre.bytes_held,
         "slot_bytes": slot_bytes,

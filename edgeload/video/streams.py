@@ -31,8 +31,8 @@ from ._delivery import (
     device_copier,
     make_sink,
     raise_failures,
-    watchdog,
 )
+from ._watchdog import watchdog
 from .assembler import MAX_OPEN, Assembler, Sealed
 from .batch import Batch
 from .capture import Target, build_target, hardware_decoder
@@ -239,7 +239,7 @@ class StreamLoader:
     def _active(self) -> list[int]:
         with self._lock:
             streams = list(self._streams.values())
-        return [s.sid for s in streams if s.reader is None or not s.reader.state.done]
+        return [s.sid for s in streams if s.reader is None or not s.reader.connection.phase.done]
 
     def _start_reader(self, stream: StreamEntry, gate: list[threading.Event]) -> None:
         src = stream.source
@@ -269,7 +269,7 @@ class StreamLoader:
         # Local inputs open first: a network open holds OpenCV's global FFmpeg lock.
         local = [s for s in streams if not s.source.network]
         for stream in local + [s for s in streams if s.source.network]:
-            self._start_reader(stream, [s.reader.opened for s in local if s.reader])
+            self._start_reader(stream, [s.reader.connection.opened for s in local if s.reader])
         self._mux.start()
         return self
 
@@ -297,7 +297,7 @@ class StreamLoader:
                 raise StopIteration from None
             except TimeoutError:
                 if time.monotonic() > deadline:
-                    states = {s.source.name: s.reader.state.value if s.reader else "pending"
+                    states = {s.source.name: s.reader.connection.phase.value if s.reader else "pending"
                               for s in self._streams.values()}  # fmt: skip
                     raise WorkerTimeout(
                         f"StreamLoader: no batch within timeout_s={self._timeout_s} s; stream "

@@ -96,14 +96,14 @@ def test_the_guard_frees_a_reader_stuck_opening_a_silent_camera(monkeypatch, sch
                               decoder="software")  # fmt: skip
         reader = StreamReader(source, target, stream_id=11, sink=lambda f, i: True)
         reader.start()
-        wait_until(lambda: reader.attempts >= 2, 20)
-        attempts = reader.attempts
+        wait_until(lambda: reader.connection.attempts >= 2, 20)
+        attempts = reader.connection.attempts
         stopped_at = time.monotonic()
         reader.stop()
         assert reader.join(10)
         took = time.monotonic() - stopped_at
     # each open gave up after about open_timeout_s (OpenCV's own limit is 30 s)
-    assert attempts >= 2, reader.last_error
+    assert attempts >= 2, reader.connection.last_error
     assert took < 5, took  # stop() cut the open in progress
     assert reader._guard is not None and reader._guard.cuts >= 1
 
@@ -118,9 +118,9 @@ def test_the_guard_reconnects_a_frozen_http_stream(monkeypatch, tmp_path_factory
         reader = StreamReader(source, target, stream_id=12,
                               sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
         reader.start()
-        wait_until(lambda: reader.reconnects >= 1, 20)
+        wait_until(lambda: reader.connection.reconnects >= 1, 20)
         reader.stop()
         assert reader.join(10)
-    assert reader.reconnects >= 1, reader.last_error
+    assert reader.connection.reconnects >= 1, reader.connection.last_error
     assert reader._guard.cuts >= 1
     assert len(seqs) > 0 and seqs == sorted(seqs)

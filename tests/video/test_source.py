@@ -141,7 +141,7 @@ def _read_all(source, **kwargs):
 
 def test_reader_decodes_every_frame_into_one_buffer(small):
     reader, got = _read_all(VideoSource(small))
-    assert reader.state is SourceState.ENDED and reader.last_error is None
+    assert reader.connection.phase is SourceState.ENDED and reader.connection.last_error is None
     assert [seq for seq, _, _ in got] == list(range(30))
     assert {shape for _, shape, _ in got} == {(120, 160, 3)}
     assert len({addr for _, _, addr in got}) == 1  # cap.retrieve(image=buf) reuses it
@@ -151,7 +151,7 @@ def test_reader_decodes_every_frame_into_one_buffer(small):
 def test_reader_fps_limit_skips_without_decoding(small):
     reader, got = _read_all(VideoSource(small, fps=10))
     assert [seq for seq, _, _ in got] == list(range(0, 30, 3))
-    assert reader.skipped == 20
+    assert reader.frame_loop.skipped == 20
 
 
 def test_reader_realtime_replay_is_paced_and_resumes_mid_file(small):
@@ -175,9 +175,9 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
     reader = StreamReader(source, target, stream_id=7, sink=lambda f, i: True)
     reader.start()
     time.sleep(1.0)
-    assert reader.state in (SourceState.RECONNECTING, SourceState.CONNECTING)
-    assert reader.attempts >= 3
-    assert "could not open" in (reader.last_error or "")
+    assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
+    assert reader.connection.attempts >= 3
+    assert "could not open" in (reader.connection.last_error or "")
     reader.stop()
     assert reader.join(3)
     assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
@@ -192,11 +192,11 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
         reader = StreamReader(source, target, stream_id=5,
                               sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
         reader.start()
-        wait_until(lambda: reader.reconnects >= 1, 15)
+        wait_until(lambda: reader.connection.reconnects >= 1, 15)
         reader.stop()
         assert reader.join(5)
-    assert reader.reconnects >= 1, reader.last_error
-    assert "stopped delivering frames" in (reader.last_error or "")
+    assert reader.connection.reconnects >= 1, reader.connection.last_error
+    assert "stopped delivering frames" in (reader.connection.last_error or "")
     assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect
 
 

@@ -1,0 +1,225 @@
+"""The grab/convert loop: frames from one open capture into the reader's sink.
+
+Each frame is grabbed; only those that will be used are retrieved (decoded to BGR,
+into the same buffer every frame: ``cap.retrieve(image=buf)``).  Frames the ``fps``
+limit does not want, the backlog a fresh connection hands over
+(:class:`~edgeload.video.clock.LiveEdge`), ``latest`` frames no batch will ship
+(:mod:`edgeload.video.demand`) and the frames a realtime replay fell behind on are
+grabbed and never retrieved, so they cost no colour conversion, copy or resize.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .._deps import require_cv2
+from .clock import AgeOrigin, CaptureClock, LiveEdge
+from .source import FrameInfo, VideoSource
+
+# A sink takes the decoded BGR frame (only valid during the call) and its info, and
+# returns False when the reader should stop.
+Sink = Callable[[np.ndarray, FrameInfo], bool]
+# Asked after each grab with (grabbed_at, frame interval): convert this frame?
+Wants = Callable[[float, float], bool]
+
+# A declared frame count this far beyond where reading stopped means truncation.
+_TRUNCATION_SLACK_FRAMES = 2
+# A realtime replay this many frames behind skips ahead rather than catching up.
+_MAX_CATCH_UP_FRAMES = 300
+
+
+class FpsLimit:
+    """Which grabbed frames a source's ``fps`` limit keeps."""
+
+    def __init__(self, fps: float, *, by_index: bool) -> None:
+        self._fps = fps
+        # Files read faster than real time keep frames by index, not by the clock.
+        self._by_index = by_index
+        self._next_wanted = 0.0
+
+    def reset(self, now: float) -> None:
+        """A new connection: the next frame is wanted from ``now``."""
+        self._next_wanted = now
+
+    def keeps(self, seq: int, now: float, rate: float) -> bool:
+        """Whether frame ``seq``, grabbed at ``now`` from a ``rate`` fps source, is kept."""
+        if self._by_index:
+            step = rate / self._fps
+            return step <= 1 or seq == 0 or int(seq / step) != int((seq - 1) / step)
+        # Half a source frame of slack: frame arrival jitters around the wanted time.
+        if now < self._next_wanted - 0.5 / rate:
+            return False
+        self._next_wanted = max(self._next_wanted, now - 1.0 / self._fps) + 1.0 / self._fps
+        return True
+
+
+class FrameLoop:
+    """Reads frames from each capture the connection opens, and counts what it did.
+
+    Args:
+        source: what is read.
+        sink: receives each converted frame; see :data:`Sink`.
+        wants: asked after each grab whether to convert the frame; None: all.
+        start_frame: files: the frame index to start at (resume).
+        report: records the stream's latest error text.
+    """
+
+    def __init__(
+        self,
+        source: VideoSource,
+        *,
+        sink: Sink,
+        wants: Wants | None,
+        start_frame: int,
+        report: Callable[[str], None],
+    ) -> None:
+        self.source = source
+        self._sink, self._wants, self._report = sink, wants, report
+        self.position = start_frame  # next frame index in the file
+        self.seq = start_frame
+        self.frames = 0
+        self.skipped = 0  # grabbed, not wanted by the fps limit
+        self.late = 0  # realtime replay frames skipped because the reader was behind
+        self.backlog = 0  # frames a fresh connection handed over late, dropped
+        self.unconverted = 0  # decoded, never converted: a newer frame would ship instead
+        self.fps_reported = 0.0
+        self.age_from: AgeOrigin = (
+            "pts" if source.network else "schedule" if source.realtime else "grab"
+        )
+        self.last_frame_at: float | None = None
+        self.streaming_since: float | None = None
+        self.reconnect = threading.Event()  # the watchdog's lever
+        by_index = source.kind == "file" and not source.realtime
+        self._limit = FpsLimit(source.fps, by_index=by_index) if source.fps else None
+        self._clock = CaptureClock()
+        self._buf: np.ndarray | None = None
+        self._started_at = time.monotonic()
+
+    def fps_measured(self) -> float:
+        """Frames delivered per second since the reader started."""
+        return self.frames / max(1e-9, time.monotonic() - self._started_at)
+
+    def run(self, cap: Any, stop: threading.Event, streaming: Callable[[], None]) -> str:
+        """Read ``cap`` until it ends; return ``stop``, ``ended``, ``failed`` or ``lost``.
+
+        ``streaming`` is called once the capture is positioned and frames start.
+        """
+        cv2 = require_cv2()
+        src = self.source
+        self.fps_reported = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
+        declared = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0) if src.kind == "file" else 0
+        if src.loop and declared:
+            self.position %= declared
+        if src.kind == "file" and self.position:
+            seek(cap, self.position)
+        rate = self.fps_reported if 0 < self.fps_reported < 1000 else 30.0
+        paced_from = time.monotonic() - self.position / rate
+        if self._limit is not None:
+            self._limit.reset(time.monotonic())
+        self.reconnect.clear()
+        self.last_frame_at, self.streaming_since = None, time.monotonic()
+        streaming()
+        interval = 1.0 / rate
+        edge = LiveEdge(interval, time.monotonic()) if src.kind != "file" else None
+        self._clock.reset()
+        while not stop.is_set():
+            if self.reconnect.is_set():
+                self._report("no frame within the stall timeout: reconnecting")
+                return "lost"
+            if src.realtime and not self._keep_pace(cap, stop, paced_from, rate):
+                return "stop"
+            grab_started = time.monotonic()
+            if not cap.grab():
+                outcome = self._at_end(cap, declared)
+                if outcome == "loop":
+                    paced_from = time.monotonic()
+                    continue
+                return outcome
+            now = time.monotonic()
+            due = paced_from + self.position / rate
+            seq, self.seq, self.position = self.seq, self.seq + 1, self.position + 1
+            if edge is not None and edge.is_backlog(grab_started, now):
+                self.backlog += 1
+            elif self._limit is not None and not self._limit.keeps(seq, now, rate):
+                self.skipped += 1
+            elif self._wants is not None and not self._wants(now, interval):
+                self.unconverted += 1
+            elif not self._deliver(cap, seq, now, due):
+                return "stop"
+        return "stop"
+
+    def _keep_pace(self, cap: Any, stop: threading.Event, paced_from: float, rate: float) -> bool:
+        """Realtime replay: wait for the next frame's time, or grab past the frames it
+        is behind on; False when stopped meanwhile."""
+        early = paced_from + self.position / rate - time.monotonic()
+        if early > 0 and stop.wait(early):
+            return False
+        behind = int((time.monotonic() - paced_from) * rate) - self.position
+        for _ in range(min(max(0, behind - 1), _MAX_CATCH_UP_FRAMES)):
+            if not cap.grab():
+                break
+            self.position += 1
+            self.seq += 1
+            self.late += 1
+        return True
+
+    def _deliver(self, cap: Any, seq: int, now: float, due: float) -> bool:
+        """Convert the grabbed frame and hand it to the sink; False: the reader stops."""
+        cv2 = require_cv2()
+        ok, img = cap.retrieve(image=self._buf) if self._buf is not None else cap.retrieve()
+        if not ok or img is None:
+            self._report(f"frame {seq} could not be decoded")
+            return True
+        if img is not self._buf:
+            self._buf = img  # first frame, or the resolution changed: a new buffer
+        pts_ms = float(cap.get(cv2.CAP_PROP_POS_MSEC))
+        info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms, due))
+        self.last_frame_at = now
+        self.frames += 1
+        return bool(self._sink(img, info))
+
+    def _captured(self, grabbed_at: float, pts_ms: float, due: float) -> float:
+        """The frame's capture time, as ``age_from`` says (see :mod:`edgeload.video.clock`)."""
+        if self.age_from == "pts":
+            captured = self._clock.captured_at(grabbed_at, pts_ms)
+            if not self._clock.timestamps:
+                self.age_from = "grab"  # what the stats say follows what was measured
+            return captured
+        if self.age_from == "schedule":
+            return due
+        return grabbed_at
+
+    def _at_end(self, cap: Any, declared: int) -> str:
+        """The capture stopped giving frames: ``loop``, ``ended``, ``failed`` or ``lost``."""
+        cv2 = require_cv2()
+        src = self.source
+        if src.kind != "file":
+            self._report("the stream stopped delivering frames (closed or read timeout)")
+            return "lost"
+        if declared and self.position + _TRUNCATION_SLACK_FRAMES < declared:
+            self._report(
+                f"video file {src.uri!r} ended at frame {self.position} of {declared} declared: "
+                "truncated or corrupt; re-encode or re-copy it"
+            )
+            return "failed"
+        if not src.loop:
+            return "ended"
+        self.position = 0
+        if not cap.set(cv2.CAP_PROP_POS_FRAMES, 0):
+            return "lost"  # reopen through the reconnect path
+        return "loop"
+
+
+def seek(cap: Any, index: int) -> None:
+    """Go to frame ``index``: seek, and read-and-discard where seeking is inexact."""
+    cv2 = require_cv2()
+    if cap.set(cv2.CAP_PROP_POS_FRAMES, index) and int(cap.get(cv2.CAP_PROP_POS_FRAMES)) == index:
+        return
+    cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+    for _ in range(index):
+        if not cap.grab():
+            break
