@@ -117,10 +117,10 @@ class PoolExecutor:
     def workers(self) -> list[Any]:
         """The workers as torch's iterator lists them (``_workers``): processes, or
         handles with the same calls for threads."""
-        backend = getattr(self._pool, "_backend", None)
+        executor = getattr(self._pool, "_executor", None)
         if self.kind == "process":
-            return [_ProcessHandle(p) for p in getattr(backend, "procs", [])]
-        return [_ThreadHandle(t) for t in getattr(backend, "threads", [])]
+            return [_ProcessHandle(p) for p in getattr(executor, "procs", [])]
+        return [_ThreadHandle(t) for t in getattr(executor, "threads", [])]
 
     def slot_handle(self, slot: Any) -> Any:
         if slot is None:

@@ -1,4 +1,4 @@
-"""What runs inside a worker process, and how failures travel as data.
+"""What runs inside a worker process.
 
 Kept apart from ``workers.py`` so a spawned child imports little before it has capped
 its thread pools: ``fn`` arrives pickled and is loaded only after
@@ -8,7 +8,6 @@ its thread pools: ``fn`` arrives pickled and is loaded only after
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import pickle
 import signal
@@ -17,40 +16,14 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Tuple
 
-from .._compat import format_exception
 from ..errors import PlatformError
 from ._channel import Channel, wait_ready
 from ._shm import SHM_DIR, detach_all
+from .failure import Failure
 from .lifecycle import POLL_INTERVAL_S, limit_library_threads
 
 INIT_INDEX = -1
 """The task index a failed ``init_fn`` reports under."""
-
-
-@dataclasses.dataclass
-class Failure:
-    """An exception from a worker, as data: the original when it pickles, its text always."""
-
-    exc: BaseException | None
-    type_name: str
-    message: str
-    traceback_text: str
-
-    @classmethod
-    def capture(cls, exc: BaseException, *, pickled: bool) -> Failure:
-        """Describe ``exc``; with ``pickled``, keep it only if it survives pickling."""
-        keep: BaseException | None = exc
-        if pickled:
-            try:
-                pickle.loads(pickle.dumps(exc))
-            except Exception:
-                keep = None
-        return cls(
-            exc=keep,
-            type_name=type(exc).__qualname__,
-            message=str(exc),
-            traceback_text="".join(format_exception(exc)),
-        )
 
 
 Message = Tuple[int, int, bool, Any]

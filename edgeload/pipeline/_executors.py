@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import WorkerError
-from ._child import Failure, Message, run_task
-from ._processes import ProcessBackend
+from ._child import Message, run_task
+from ._processes import ProcessExecutor
 from .lifecycle import POLL_INTERVAL_S, join_threads, thread_name
 
 _STOP = object()
 
 
-class ThreadBackend:
+class ThreadExecutor:
     """Worker threads (daemon, so a Ctrl-C exit is never held up by a hung task)."""
 
     def __init__(
@@ -103,4 +103,4 @@ class ThreadBackend:
         join_threads(self.threads, timeout_s=timeout_s)
 
 
-__all__ = ["Failure", "ProcessBackend", "ThreadBackend"]
+__all__ = ["ProcessExecutor", "ThreadExecutor"]

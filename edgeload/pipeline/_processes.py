@@ -25,7 +25,7 @@ from ._channel import Channel, Undecodable, wait_ready
 from ._child import Message, process_main
 from .lifecycle import POLL_INTERVAL_S, thread_env, thread_name
 
-__all__ = ["ProcessBackend"]
+__all__ = ["ProcessExecutor"]
 
 _MIB = 1 << 20
 # After the join timeout, SIGTERM and then SIGKILL each get this long to take effect.
@@ -44,7 +44,7 @@ def _exit_text(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-class ProcessBackend:
+class ProcessExecutor:
     """Worker processes, each with a non-blocking duplex channel: tasks in, results out.
 
     The channels and the process sentinels are polled together, so a worker killed by

@@ -23,8 +23,9 @@ from typing import Any
 
 from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
 from ..vocabulary import WorkerKind
-from ._executors import Failure, ProcessBackend, ThreadBackend
+from ._executors import ProcessExecutor, ThreadExecutor
 from ._worker_info import WorkerInfo, choose_start_method, current_worker, set_current
+from .failure import Failure
 from .lifecycle import (
     EXIT_JOIN_TIMEOUT_S,
     POLL_INTERVAL_S,
@@ -128,17 +129,17 @@ class WorkerPool:
             )
             for i in range(num_workers)
         ]
-        self._backend: ThreadBackend | ProcessBackend
+        self._executor: ThreadExecutor | ProcessExecutor
         if kind == "thread":
             limit_library_threads(threads_per_worker, env=False, torch=False)
-            self._backend = ThreadBackend(
+            self._executor = ThreadExecutor(
                 fn, infos=infos, init_fn=init_fn, set_current=set_current, name=name
             )
-            stop = self._backend.stop
+            stop = self._executor.stop
             for info in infos:
                 info.stop_event = stop
         else:
-            self._backend = ProcessBackend(
+            self._executor = ProcessExecutor(
                 fn,
                 infos=infos,
                 init_fn=init_fn,
@@ -148,7 +149,7 @@ class WorkerPool:
             )
         # Garbage collection or interpreter exit (an uncaught Ctrl-C): nobody wants the
         # results, so workers get only a moment before they are terminated.
-        self._finalizer = weakref.finalize(self, self._backend.close, EXIT_JOIN_TIMEOUT_S)
+        self._finalizer = weakref.finalize(self, self._executor.close, EXIT_JOIN_TIMEOUT_S)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -169,8 +170,8 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         """Process ids of process workers (empty for threads)."""
-        if isinstance(self._backend, ProcessBackend):
-            return [p.pid for p in self._backend.procs]
+        if isinstance(self._executor, ProcessExecutor):
+            return [p.pid for p in self._executor.procs]
         return []
 
     def _check_open(self, what: str) -> None:
@@ -191,7 +192,7 @@ class WorkerPool:
         if not 0 <= wid < self.num_workers:
             raise ValueError(f"{self.name}: worker must be in 0..{self.num_workers - 1}, got {wid}")
         try:
-            self._backend.send(wid, index, task)
+            self._executor.send(wid, index, task)
         except WorkerError as exc:
             raise self._death(exc) from None
         self._next_index += 1
@@ -219,7 +220,7 @@ class WorkerPool:
         while True:
             left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
             try:
-                msg = self._backend.recv(min(left, POLL_INTERVAL_S))
+                msg = self._executor.recv(min(left, POLL_INTERVAL_S))
             except WorkerError as exc:
                 raise self._death(exc) from None
             if msg is not None:
@@ -231,11 +232,11 @@ class WorkerPool:
                 raise WorkerTimeout(
                     f"{self.name}: no result within {timeout} s from {self.kind} workers; "
                     f"{len(self._pending)} task(s) pending (first: index {first} on "
-                    f"{self._backend.describe(wid)}{self._backend.stall(wid)}); "
+                    f"{self._executor.describe(wid)}{self._executor.stall(wid)}); "
                     f"{self._fn_name} may be hung or stuck on I/O; raise timeout_s= if it "
                     "is just slow",
                     index=first,
-                    worker=self._backend.describe(wid),
+                    worker=self._executor.describe(wid),
                 )
 
     def _unpack(self, index: int, wid: int, ok: bool, payload: Any) -> WorkerResult:
@@ -243,7 +244,7 @@ class WorkerPool:
         if ok:
             return WorkerResult(index, payload, wid)
         failure: Failure = payload
-        who = self._backend.describe(wid)
+        who = self._executor.describe(wid)
         what = "init_fn" if index < 0 else f"{self._fn_name} on item {index}"
         err = WorkerError(
             f"{self.name}: {what} raised {failure.type_name}: {failure.message} (in {who}); "
@@ -255,10 +256,10 @@ class WorkerPool:
         raise err from failure.exc
 
     def _death(self, exc: WorkerError) -> WorkerError:
-        # The backend keeps this error to raise again; its traceback would pin the
+        # The executor keeps this error to raise again; its traceback would pin the
         # caller's frames (a DataLoader iterator and its slots) for the pool's lifetime.
         exc.__traceback__ = None
-        wid = getattr(self._backend, "dead_wid", -1)
+        wid = getattr(self._executor, "dead_wid", -1)
         lost = sorted(i for i, w in self._pending.items() if w == wid)
         return WorkerError(
             f"{self.name}: {exc} (pending items: {lost or 'none'})",
@@ -278,4 +279,4 @@ class WorkerPool:
             return
         self._state = State.CLOSED
         self._finalizer.detach()
-        self._backend.close(min(timeout_s, EXIT_JOIN_TIMEOUT_S) if interrupted() else timeout_s)
+        self._executor.close(min(timeout_s, EXIT_JOIN_TIMEOUT_S) if interrupted() else timeout_s)
