@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeload.cuda.memory import allocate, as_cuda_tensor, wait_gpu_idle
+from edgeload.cuda.memory import allocate_gpu_array, as_cuda_tensor, wait_gpu_idle
 from edgeload.cuda.status import check_memory_mode, cuda_device, cuda_status
 from edgeload.cuda.transfer import DeviceCopier
 
@@ -76,7 +76,7 @@ def _slots(mode: str, shape: tuple[int, ...], count: int = 2) -> list[np.ndarray
     nbytes = int(np.prod(shape))
     if mode == "host":
         return [np.empty(shape, np.uint8) for _ in range(count)]
-    return [allocate(mode, nbytes).reshape(shape) for _ in range(count)]  # type: ignore[arg-type]
+    return [allocate_gpu_array(mode, nbytes).reshape(shape) for _ in range(count)]  # type: ignore[arg-type]
 
 
 def _deliveries(method: str, args: argparse.Namespace, torch: Any) -> Iterator[tuple[Any, int]]:

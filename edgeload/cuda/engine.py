@@ -35,7 +35,7 @@ __all__ = [
     "COPY_KINDS",
     "CudaEngine",
     "Engine",
-    "cuda_allocation",
+    "allocate_cuda_slot_memory",
     "default_engine",
     "device_error",
 ]
@@ -55,7 +55,7 @@ class Engine(Protocol):
     def status(self) -> CudaStatus: ...
     def check_memory_mode(self, mode: str) -> None: ...
     def check_device(self, device: Any) -> Any: ...
-    def allocate(self, mode: str, nbytes: int) -> SlotMemory: ...
+    def allocate_slot_memory(self, mode: str, nbytes: int) -> SlotMemory: ...
     def current_stream(self) -> Any: ...
     def new_stream(self, device: Any = None) -> Any: ...
     def use_stream(self, stream: Any) -> AbstractContextManager[Any]: ...
@@ -113,8 +113,8 @@ def _release(free: Any, ptr: int, fences: Fences) -> None:
         _log.debug("edgeload: freeing CUDA memory at %#x failed: %s", ptr, exc)
 
 
-def cuda_allocation(engine: Any, mode: str, nbytes: int) -> SlotMemory:
-    """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate)."""
+def allocate_cuda_slot_memory(engine: Any, mode: str, nbytes: int) -> SlotMemory:
+    """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate_slot_memory)."""
     runtime = _cuda.load_cudart()
     if mode == "managed":
         # On Jetsons the CPU may not touch globally attached managed memory while any
@@ -172,8 +172,8 @@ class CudaEngine:
             raise device_error(device, count, f"torch {torch.__version__}")
         return torch.device("cuda", index)
 
-    def allocate(self, mode: str, nbytes: int) -> SlotMemory:
-        return cuda_allocation(self, mode, nbytes)
+    def allocate_slot_memory(self, mode: str, nbytes: int) -> SlotMemory:
+        return allocate_cuda_slot_memory(self, mode, nbytes)
 
     def current_stream(self) -> Any:
         return require_torch().cuda.current_stream()

@@ -106,7 +106,7 @@ class HostEngine:
             raise device_error(device, self.device_count, "the host engine")
         return torch.device("cuda", index)
 
-    def allocate(self, mode: str, nbytes: int) -> SlotMemory:
+    def allocate_slot_memory(self, mode: str, nbytes: int) -> SlotMemory:
         self.check_memory_mode(mode)
         memory = mmap.mmap(-1, nbytes)
         window = (ctypes.c_ubyte * nbytes).from_buffer(memory)
@@ -205,7 +205,7 @@ class HostEngine:
         torch = require_torch()
         self._copies.add("pin")
         source = tensor.contiguous()
-        owner = self.allocate("pinned", max(1, source.nbytes))
+        owner = self.allocate_slot_memory("pinned", max(1, source.nbytes))
         flat = torch.from_numpy(np.asarray(owner)[: source.nbytes])
         pinned = flat.view(source.dtype).reshape(source.shape)
         pinned.copy_(source)

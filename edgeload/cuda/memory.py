@@ -1,8 +1,8 @@
 """Slot memory for the GPU modes (pinned, mapped, managed) and the fences that guard it.
 
-:func:`allocate` returns a flat uint8 numpy array whose ``base`` owns one allocation
-(:class:`~edgeload.cuda._owner.SlotMemory`), so the slot pool slices, leases and
-recycles it like host memory. The allocation is freed only when the last array or
+:func:`allocate_gpu_array` returns a flat uint8 numpy array whose ``base`` owns one
+allocation (:class:`~edgeload.cuda._owner.SlotMemory`), so the slot pool slices, leases
+and recycles it like host memory. The allocation is freed only when the last array or
 tensor viewing it is gone *and* the GPU work recorded against it has finished.
 
 The lease rule gains a GPU half: a slot is not rewritten while GPU work that reads it
@@ -32,7 +32,7 @@ from ._owner import SlotMemory, byte_range, find_owner
 
 __all__ = [
     "CudaBacking",
-    "allocate",
+    "allocate_gpu_array",
     "as_cuda_tensor",
     "fence_bytes",
     "gpu_allocator",
@@ -53,7 +53,7 @@ def _engine(engine: Any) -> Any:
     return default_engine()
 
 
-def allocate(
+def allocate_gpu_array(
     mode: MemoryMode, nbytes: int, *, engine: Any = None
 ) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """Allocate ``nbytes`` of slot memory in a GPU mode, as a flat uint8 array.
@@ -72,14 +72,14 @@ def allocate(
     """
     if mode not in GPU_MEMORY_MODES:
         raise ArgumentError(
-            f"allocate() makes GPU slot memory, one of {GPU_MEMORY_MODES}, got {mode!r}; "
+            f"allocate_gpu_array() makes GPU slot memory, one of {GPU_MEMORY_MODES}, got {mode!r}; "
             "host memory comes from edgeload.pipeline.slots"
         )
     if not isinstance(nbytes, int) or nbytes <= 0:
         raise ArgumentError(f"nbytes must be a positive int, got {nbytes!r}")
     chosen = _engine(engine)
     chosen.check_memory_mode(mode)
-    return np.asarray(chosen.allocate(mode, nbytes))
+    return np.asarray(chosen.allocate_slot_memory(mode, nbytes))
 
 
 class CudaBacking:
@@ -91,14 +91,14 @@ class CudaBacking:
         engine: the GPU engine (default: CUDA).
 
     Raises:
-        ArgumentError, PlatformError: as allocate().
+        ArgumentError, PlatformError: as allocate_gpu_array().
     """
 
     name: str | None = None
     shm_dir = ""
 
     def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Any = None) -> None:
-        self._array: np.ndarray[Any, Any] | None = allocate(mode, nbytes, engine=engine)
+        self._array: np.ndarray[Any, Any] | None = allocate_gpu_array(mode, nbytes, engine=engine)
         self.buffer = self._array.data
 
     def close(self) -> None:
@@ -116,7 +116,7 @@ def gpu_allocator(mode: MemoryMode, engine: Any = None) -> Callable[[int, bool, 
         engine: the GPU engine (default: CUDA).
     """
 
-    def allocate_slots(nbytes: int, shared: bool, shm_dir: str) -> CudaBacking:
+    def gpu_backing(nbytes: int, shared: bool, shm_dir: str) -> CudaBacking:
         if shared:
             # GPU host allocations live in this process only; /dev/shm segments could be
             # registered with cudaHostRegister, but that is not built yet.
@@ -127,7 +127,7 @@ def gpu_allocator(mode: MemoryMode, engine: Any = None) -> Callable[[int, bool, 
             )
         return CudaBacking(mode, nbytes, engine=engine)
 
-    return allocate_slots
+    return gpu_backing
 
 
 def memory_mode_of(view: Any) -> MemoryMode:
@@ -147,7 +147,7 @@ def record_gpu_use(view: Any, *, stream: Any = None) -> bool:
     its last view goes cannot hand the slot to a producer early.
 
     Args:
-        view: a view of GPU slot memory (from allocate()), numpy or torch.
+        view: a view of GPU slot memory (from allocate_gpu_array()), numpy or torch.
         stream: a stream of the memory's engine; default its current stream.
 
     Returns:
@@ -262,8 +262,8 @@ def as_cuda_tensor(array: Any, *, device: Any = None) -> Any:
     is fenced (see record_gpu_use()).
 
     Args:
-        array: a view (numpy, or CPU torch tensor) of memory from allocate("mapped") or
-            allocate("managed").
+        array: a view (numpy, or CPU torch tensor) of memory from allocate_gpu_array("mapped") or
+            allocate_gpu_array("managed").
         device: the CUDA device; default the current one.
 
     Raises:

@@ -39,7 +39,7 @@ class _Leaf:
 
 
 @dataclass(frozen=True)
-class SlotLayout:
+class SlotMap:
     """Where each leaf of a batch of ``batch_size`` samples lives in one slot.
 
     ``tree`` mirrors the sample: a :class:`_Leaf`, or a ``("dict", keys, children)``,
@@ -70,8 +70,8 @@ def _leaf_info(value: Any) -> tuple[tuple[int, ...], np.dtype[Any], str] | None:
     return None
 
 
-def plan_layout(sample: Any, batch_size: int) -> SlotLayout | None:
-    """A slot layout for batches of samples shaped like ``sample``, or None if unsuited."""
+def plan_slot_map(sample: Any, batch_size: int) -> SlotMap | None:
+    """A slot map for batches of samples shaped like ``sample``, or None if unsuited."""
     offset = 0
 
     def walk(value: Any) -> Any:
@@ -95,15 +95,15 @@ def plan_layout(sample: Any, batch_size: int) -> SlotLayout | None:
         tree = walk(sample)
     except _Unsuited:
         return None
-    return SlotLayout(batch_size, tree, max(offset, _ALIGN))
+    return SlotMap(batch_size, tree, max(offset, _ALIGN))
 
 
 class _Unsuited(Exception):
     pass
 
 
-def _views(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
-    return _view_node(layout.tree, layout.batch_size, buf, rows)
+def _views(slot_map: SlotMap, buf: np.ndarray, rows: int) -> Any:
+    return _view_node(slot_map.tree, slot_map.batch_size, buf, rows)
 
 
 # Module-level recursion, not nested closures: a recursive closure is a reference
@@ -138,36 +138,36 @@ def _put(node: Any, view: Any, value: Any, row: int) -> None:
         _put(child, view[i], value[i], row)
 
 
-def write_samples(layout: SlotLayout, buf: np.ndarray, samples: Sequence[Any]) -> bool:
+def write_samples(slot_map: SlotMap, buf: np.ndarray, samples: Sequence[Any]) -> bool:
     """Copy ``samples`` into the slot ``buf``; False (nothing usable) if one does not fit."""
-    if len(samples) > layout.batch_size:
+    if len(samples) > slot_map.batch_size:
         return False
-    views = _views(layout, buf, len(samples))
+    views = _views(slot_map, buf, len(samples))
     try:
         for row, sample in enumerate(samples):
-            _put(layout.tree, views, sample, row)
+            _put(slot_map.tree, views, sample, row)
     except _Unsuited:
         return False
     return True
 
 
-def batch_views(layout: SlotLayout, buf: np.ndarray) -> Any:
+def batch_views(slot_map: SlotMap, buf: np.ndarray) -> Any:
     """Writable views of every leaf of a full batch in ``buf``, for :func:`put_row`."""
-    return _views(layout, buf, layout.batch_size)
+    return _views(slot_map, buf, slot_map.batch_size)
 
 
-def put_row(layout: SlotLayout, views: Any, sample: Any, row: int) -> bool:
+def put_row(slot_map: SlotMap, views: Any, sample: Any, row: int) -> bool:
     """Copy one sample into row ``row``; False (row untouched or partial) if it differs."""
     try:
-        _put(layout.tree, views, sample, row)
+        _put(slot_map.tree, views, sample, row)
     except _Unsuited:
         return False
     return True
 
 
-def read_row(layout: SlotLayout, buf: np.ndarray, row: int) -> Any:
+def read_row(slot_map: SlotMap, buf: np.ndarray, row: int) -> Any:
     """Sample ``row`` rebuilt from ``buf``: the same structure, types and values."""
-    return _rebuild(require_torch(), layout.tree, _views(layout, buf, row + 1), row)
+    return _rebuild(require_torch(), slot_map.tree, _views(slot_map, buf, row + 1), row)
 
 
 def _rebuild(torch: Any, node: Any, view: Any, row: int) -> Any:
@@ -184,9 +184,9 @@ def _rebuild(torch: Any, node: Any, view: Any, row: int) -> Any:
     return tuple(items) if node[2] == "tuple" else items
 
 
-def read_batch(layout: SlotLayout, buf: np.ndarray, rows: int) -> Any:
+def read_batch(slot_map: SlotMap, buf: np.ndarray, rows: int) -> Any:
     """The batch in ``buf`` as tensors viewing the slot (no copy)."""
-    return _wrap(require_torch(), _views(layout, buf, rows))
+    return _wrap(require_torch(), _views(slot_map, buf, rows))
 
 
 def _wrap(torch: Any, value: Any) -> Any:

@@ -61,7 +61,7 @@ class Task:
     """A list of indices, one index, or placeholders for an iterable dataset."""
     slot: Any = None
     """Where to write the batch: an ndarray (threads) or a SlotRef (processes)."""
-    layout: _collate.SlotLayout | None = None
+    layout: _collate.SlotMap | None = None
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Result:
     """An iterable dataset ran out: no data for this task."""
     skipped: list[tuple[Any, str]] = field(default_factory=list)
     """(index, error) of each sample skipped because its loading raised."""
-    layout: _collate.SlotLayout | None = None
+    layout: _collate.SlotMap | None = None
     """A slot layout suggested by this batch's samples (first batches only)."""
     rng: list[Any] | None = None
     consumed: int = 0
@@ -119,7 +119,7 @@ class Fetcher:
         self._consumed = 0
         self._seeded_base: int | None = None
         self._suggest_layout = True
-        self._layout: _collate.SlotLayout | None = None
+        self._layout: _collate.SlotMap | None = None
 
     def start(self, start: WorkerStart) -> None:
         """Seed (once per base seed), run ``worker_init_fn``, open the dataset iterator."""
@@ -189,7 +189,7 @@ class Fetcher:
         result.rng = None if self.info is None else snapshot_rng(self.info)
         return result
 
-    def _streaming_layout(self, task: Task) -> _collate.SlotLayout | None:
+    def _streaming_layout(self, task: Task) -> _collate.SlotMap | None:
         """The layout to write samples into as they are read, if this task can."""
         spec = self.spec
         layout = task.layout or self._layout
@@ -205,7 +205,7 @@ class Fetcher:
         return layout
 
     def _read_streaming(
-        self, task: Task, result: Result, layout: _collate.SlotLayout
+        self, task: Task, result: Result, layout: _collate.SlotMap
     ) -> list[Any] | None:
         """Read samples straight into the slot (or fresh memory): no list of samples.
 
@@ -305,7 +305,7 @@ class Fetcher:
         if self._layout is None and self._suggest_layout and isinstance(task.index, list):
             # The first batch decides whether samples are fixed-size; the loader makes
             # its slot pool from the layout this sends back.
-            layout = result.layout = _collate.plan_layout(samples[0], len(task.index))
+            layout = result.layout = _collate.plan_slot_map(samples[0], len(task.index))
             self._layout, self._suggest_layout = layout, False
             if layout is not None and len(samples) <= layout.batch_size:
                 # Fresh memory in the same layout, without torch.stack (whose thread

@@ -2,7 +2,7 @@
 
 Slots are used only with the default collate and fixed-size samples.  The first
 batches are collated by ``default_collate``; the worker that made the first one also
-sends a :class:`~edgeload.dataset._collate.SlotLayout`, and from then on each task is given a
+sends a :class:`~edgeload.dataset._collate.SlotMap`, and from then on each task is given a
 slot (when one is free) to write its samples into.  A slot the user still holds a
 batch of is never handed out again (the pool's lease rule); if none is free the task
 runs without one, so a user who keeps every batch slows nothing down and loses nothing.
@@ -40,9 +40,9 @@ class LoaderSlots:
         self._mode = mode
         self._engine = engine
         self._pool: Any = None
-        self.layout: _collate.SlotLayout | None = None
+        self.layout: _collate.SlotMap | None = None
 
-    def offer_layout(self, layout: _collate.SlotLayout) -> None:
+    def offer_layout(self, layout: _collate.SlotMap) -> None:
         """Create the pool for ``layout`` (the first offer wins)."""
         if not self.enabled or self.layout is not None:
             return
@@ -63,7 +63,7 @@ class LoaderSlots:
             self._pool = self._make_pool(SlotPool, layout, max_bytes, "host")
         self.layout = layout
 
-    def _make_pool(self, cls: Any, layout: _collate.SlotLayout, max_bytes: Any, mode: str) -> Any:
+    def _make_pool(self, cls: Any, layout: _collate.SlotMap, max_bytes: Any, mode: str) -> Any:
         return cls(
             (layout.nbytes,),
             "uint8",
@@ -80,7 +80,7 @@ class LoaderSlots:
         """Whether slot memory is already page-locked (a GPU mode): no pinning needed."""
         return self._pool is not None and self._mode != "host"
 
-    def acquire(self, index: Any) -> tuple[Any, _collate.SlotLayout | None]:
+    def acquire(self, index: Any) -> tuple[Any, _collate.SlotMap | None]:
         """A free slot for a task of ``index`` and its layout, or ``(None, None)``."""
         layout = self.layout
         if self._pool is None or layout is None or not isinstance(index, list):

@@ -1,6 +1,7 @@
 """A prefetch queue bounded both in items and in bytes.
 
-Producers ``put`` items with their size; the consumer ``get``s them. Two policies:
+Producers ``put`` items with their size; the consumer ``get``s them. What ``put`` does
+when the queue is full (:data:`WhenFull`, the ``policy=`` argument) is one of:
 
 - ``block``: back-pressure. ``put`` waits for room, so every item arrives once, in order.
 - ``latest``: for live cameras. ``put`` never waits: it drops the oldest items until the
@@ -21,11 +22,14 @@ from typing import Final, Generic, Literal, TypeVar
 from ..errors import ClosedError, WaitTimeout, WorkerTimeout
 from .lifecycle import POLL_INTERVAL_S, State
 
-__all__ = ["END", "Policy", "PrefetchStats", "Prefetcher"]
+__all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 
 T = TypeVar("T")
-Policy = Literal["block", "latest"]
-_POLICIES: Final = ("block", "latest")
+WhenFull = Literal["block", "latest"]
+"""What ``Prefetcher.put`` does when the queue is full: wait, or drop the oldest.
+
+Distinct from ``edgeload.video.source.Policy``, which says which frames a source delivers."""
+_WHEN_FULL: Final = ("block", "latest")
 
 
 class _End:
@@ -80,13 +84,14 @@ class Prefetcher(Generic[T]):
         max_items: most items held at once (>= 1).
         max_bytes: most bytes held at once, or None for no byte bound. An item larger
             than this is refused with ValueError rather than wedging the queue.
-        policy: ``"block"`` (put waits for room) or ``"latest"`` (put drops the oldest).
+        policy: what ``put`` does when full (:data:`WhenFull`): ``"block"`` waits for
+            room, ``"latest"`` drops the oldest items.
         on_drop: called with each item ``latest`` drops (outside the lock), e.g. to
             release its slot. Exceptions from it propagate to the producer.
         name: used in messages.
 
     Raises:
-        ValueError: a bound below 1 or an unknown policy.
+        ValueError: a bound below 1 or an unknown ``policy``.
     """
 
     def __init__(
@@ -94,18 +99,18 @@ class Prefetcher(Generic[T]):
         *,
         max_items: int,
         max_bytes: int | None = None,
-        policy: Policy = "block",
+        policy: WhenFull = "block",
         on_drop: Callable[[T], None] | None = None,
         name: str = "prefetch",
     ) -> None:
-        if policy not in _POLICIES:
+        if policy not in _WHEN_FULL:
             raise ValueError(f"{name}: policy must be 'block' or 'latest', got {policy!r}")
         if max_items < 1:
             raise ValueError(f"{name}: max_items must be >= 1, got {max_items}")
         if max_bytes is not None and max_bytes < 1:
             raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
         self.name = name
-        self.policy: Policy = policy
+        self.policy: WhenFull = policy
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._on_drop = on_drop

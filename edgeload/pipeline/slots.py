@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ClosedError, WaitTimeout
+from ..errors import ArgumentError, ClosedError, WaitTimeout
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
@@ -47,7 +47,7 @@ __all__ = [
     "SlotPool",
     "SlotRef",
     "SlotStats",
-    "allocate",
+    "allocate_backing",
     "attach",
     "check_shm_space",
     "register_memory_mode",
@@ -58,20 +58,20 @@ _log = logging.getLogger("edgeload")
 PAGE_SIZE = mmap.PAGESIZE
 
 
-def _allocate_host(nbytes: int, shared: bool, shm_dir: str) -> Backing:
+def _host_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
     if shared:
         return SharedSegment(nbytes, shm_dir=shm_dir)
     return HostMemory(nbytes)
 
 
 def _gpu(mode: MemoryMode, engine: Any = None) -> Allocator:
-    def allocate(nbytes: int, shared: bool, shm_dir: str) -> Backing:
+    def gpu_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
         # Imported on use: only GPU pools need the CUDA runtime (edgeload.cuda.memory).
         from ..cuda.memory import gpu_allocator
 
         return gpu_allocator(mode, engine)(nbytes, shared, shm_dir)
 
-    return allocate
+    return gpu_backing
 
 
 # Waiting for the GPU to finish with a slot polls faster than the pool's usual interval:
@@ -80,7 +80,7 @@ _GPU_POLL_S = 0.002
 
 
 _ALLOCATORS: dict[str, Allocator] = {
-    "host": _allocate_host,
+    "host": _host_backing,
     "pinned": _gpu("pinned"),
     "mapped": _gpu("mapped"),
     "managed": _gpu("managed"),
@@ -96,19 +96,28 @@ def register_memory_mode(mode: str, allocator: Allocator) -> None:
     _CUSTOM.add(mode)
 
 
-def allocate(
-    nbytes: int, *, mode: str = "host", shared: bool = False, shm_dir: str = SHM_DIR
+def allocate_backing(
+    mode: str, nbytes: int, *, shared: bool = False, shm_dir: str = SHM_DIR
 ) -> Backing:
-    """Allocate ``nbytes`` of slot memory in ``mode``.
+    """Allocate the memory behind ``nbytes`` of slots in memory ``mode``.
+
+    Args:
+        mode: a memory mode (``"host"``, a GPU mode, or one from ``register_memory_mode``).
+        nbytes: size in bytes (>= 1).
+        shared: a ``shm_dir`` segment that process workers can attach (host memory).
+        shm_dir: the shared-memory directory.
 
     Raises:
-        ValueError: unknown mode or ``nbytes`` < 1.
-        PlatformError: the mode is unavailable here, or ``/dev/shm`` is too small.
+        ArgumentError: unknown mode or ``nbytes`` < 1 (a ValueError).
+        PlatformError: the mode is unavailable here, or ``shm_dir`` is too small.
     """
     if mode not in _ALLOCATORS:
-        raise ValueError(f"memory mode must be one of {sorted(_ALLOCATORS)}, got {mode!r}")
-    if nbytes < 1:
-        raise ValueError(f"slot memory must be at least 1 byte, got {nbytes}")
+        raise ArgumentError(
+            f"memory mode must be one of {sorted(_ALLOCATORS)}, got {mode!r}; pass one of "
+            "those or register it with register_memory_mode()"
+        )
+    if not isinstance(nbytes, int) or nbytes < 1:
+        raise ArgumentError(f"slot memory must be an int of at least 1 byte, got {nbytes!r}")
     return _ALLOCATORS[mode](nbytes, shared, shm_dir)
 
 
@@ -216,7 +225,7 @@ class SlotPool:
         if self._allocator is not None:
             backing = self._allocator(nbytes, self.shared, self.shm_dir)
         else:
-            backing = allocate(nbytes, mode=self.mode, shared=self.shared, shm_dir=self.shm_dir)
+            backing = allocate_backing(self.mode, nbytes, shared=self.shared, shm_dir=self.shm_dir)
         core.backings.append(backing)
         for i in range(count):
             index, offset = len(core.views), i * self.slot_nbytes

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from edgeload.cuda.memory import (
-    allocate,
+    allocate_gpu_array,
     as_cuda_tensor,
     gpu_busy,
     memory_mode_of,
@@ -35,7 +35,7 @@ _FRAME = (4, 120, 160, 3)
 
 
 def _slot(mode, shape=_FRAME):
-    return allocate(mode, int(np.prod(shape))).reshape(shape)
+    return allocate_gpu_array(mode, int(np.prod(shape))).reshape(shape)
 
 
 def _frames(seed, shape=_FRAME):
@@ -65,7 +65,7 @@ def test_device_reports_its_memory_features():
 @pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
 def test_each_gpu_mode_gives_page_aligned_cpu_writable_slots(mode):
     check_memory_mode(mode)
-    flat = allocate(mode, 1 << 20)
+    flat = allocate_gpu_array(mode, 1 << 20)
     assert flat.dtype == np.uint8
     assert flat.shape == (1 << 20,)
     assert flat.ctypes.data % 4096 == 0

@@ -21,7 +21,7 @@ import torch
 from edgeload.cuda import _runtime as _cuda
 from edgeload.cuda.host_engine import HostEngine
 from edgeload.cuda.memory import (
-    allocate,
+    allocate_gpu_array,
     as_cuda_tensor,
     cuda_array_interface,
     gpu_busy,
@@ -81,7 +81,7 @@ def test_a_stream_waiting_on_an_event_waits_for_the_other_stream(engine):
 
 def test_an_async_copy_reads_its_source_when_it_runs(engine):
     """The engine models the race itself: a rewrite while the copy is queued is seen."""
-    slot = allocate("pinned", 4096, engine=engine)
+    slot = allocate_gpu_array("pinned", 4096, engine=engine)
     slot[:] = 1
     gate = engine.hold()
     on_gpu = engine.to_device(torch.from_numpy(slot), "cuda", non_blocking=True)
@@ -158,7 +158,7 @@ def test_a_batch_tensor_finds_its_allocation_by_address(engine):
 
 def test_a_read_only_view_gives_a_writable_interface(engine):
     """Defect 5: torch rejects read_only=True in __cuda_array_interface__."""
-    flat = allocate("mapped", 4096, engine=engine)
+    flat = allocate_gpu_array("mapped", 4096, engine=engine)
     view = flat[:64]
     view.flags.writeable = False
     from edgeload.cuda._owner import find_owner
@@ -170,7 +170,7 @@ def test_a_read_only_view_gives_a_writable_interface(engine):
 
 def test_managed_memory_on_the_legacy_stream_attaches_globally(engine):
     """Defect 3: cudaMemAttachSingle is invalid on the NULL stream torch uses by default."""
-    flat = allocate("managed", 4096, engine=engine)
+    flat = allocate_gpu_array("managed", 4096, engine=engine)
     from edgeload.cuda._owner import find_owner
 
     owner = find_owner(flat)
@@ -193,7 +193,7 @@ def test_managed_memory_on_the_legacy_stream_attaches_globally(engine):
 def test_the_fence_covers_the_stream_the_view_was_made_on(engine):
     """Defect 5: a view dropped by another thread (on another stream) must still fence
     the consumer's stream, where the model's kernels are queued."""
-    flat = allocate("mapped", 4096, engine=engine)
+    flat = allocate_gpu_array("mapped", 4096, engine=engine)
     consumer = engine.new_stream()
     with engine.use_stream(consumer):
         tensor = as_cuda_tensor(flat[:64])
@@ -223,7 +223,7 @@ def test_an_unoffered_mode_names_one_that_works():
     with HostEngine(modes=("pinned",)) as engine, pytest.raises(
         PlatformError, match=r"memory_mode='mapped'.*use memory_mode='pinned'"
     ):
-        allocate("mapped", 4096, engine=engine)
+        allocate_gpu_array("mapped", 4096, engine=engine)
 
 
 def test_cudart_of_torchs_cuda_release_comes_before_another_mapped_one(tmp_path, monkeypatch):
@@ -248,7 +248,7 @@ def test_views_alive_at_interpreter_exit_make_no_events():
         "import torch, edgeload.cuda.memory as m\n"
         "from edgeload.cuda.host_engine import HostEngine\n"
         "e = HostEngine()\n"
-        "flat = m.allocate('mapped', 4096, engine=e)\n"
+        "flat = m.allocate_gpu_array('mapped', 4096, engine=e)\n"
         "kept = m.as_cuda_tensor(flat[:16])\n"
         "e.new_event = None  # any event made from here on would raise\n"
     )

@@ -21,7 +21,7 @@ import pytest
 from edgeload.cuda import _runtime as _cuda
 from edgeload.cuda._fences import Fences, hold_until_done, pending_holds
 from edgeload.cuda.memory import (
-    allocate,
+    allocate_gpu_array,
     as_cuda_tensor,
     gpu_allocator,
     gpu_busy,
@@ -107,19 +107,19 @@ def test_missing_torch_reads_as_not_usable(monkeypatch):
 @pytest.mark.parametrize("nbytes", [0, -1, 1.5])
 def test_allocate_rejects_bad_sizes(nbytes):
     with pytest.raises(ValueError, match=rf"nbytes must be a positive int, got {nbytes!r}"):
-        allocate("pinned", nbytes)
+        allocate_gpu_array("pinned", nbytes)
 
 
 def test_allocate_leaves_host_memory_to_the_pool():
     with pytest.raises(ValueError, match=r"host memory comes from edgeload\.pipeline\.slots"):
-        allocate("host", 4096)  # type: ignore[arg-type]
+        allocate_gpu_array("host", 4096)  # type: ignore[arg-type]
 
 
 @no_cuda_only
 @pytest.mark.parametrize("mode", GPU_MEMORY_MODES)
 def test_allocate_without_cuda_says_which_mode_works(mode):
     with pytest.raises(PlatformError, match=r"Use memory_mode='host' \(or 'auto'\)"):
-        allocate(mode, 4096)
+        allocate_gpu_array(mode, 4096)
 
 
 def test_host_arrays_are_host_memory_without_fences():

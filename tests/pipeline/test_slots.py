@@ -13,8 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgeload.errors import ClosedError, PlatformError, WaitTimeout
-from edgeload.pipeline.slots import PAGE_SIZE, SlotPool, allocate, attach, check_shm_space
+from edgeload.errors import ArgumentError, ClosedError, PlatformError, WaitTimeout
+from edgeload.pipeline.slots import (
+    PAGE_SIZE,
+    SlotPool,
+    allocate_backing,
+    attach,
+    check_shm_space,
+)
 
 
 def _shm_files(pool_pid: int | None = None) -> set[str]:
@@ -159,8 +165,10 @@ def test_bad_arguments_name_the_value():
         SlotPool((4,), count=0)
     with pytest.raises(ValueError, match=r"max_bytes=10 is below 2 slots"):
         SlotPool((4,), count=2, max_bytes=10)
-    with pytest.raises(ValueError, match="memory mode must be one of"):
-        allocate(10, mode="vram")
+    with pytest.raises(ArgumentError, match=r"memory mode must be one of .*, got 'vram'"):
+        allocate_backing("vram", 10)
+    with pytest.raises(ArgumentError, match="at least 1 byte, got 0"):
+        allocate_backing("host", 0)
 
 
 @settings(max_examples=60, deadline=None)
