@@ -60,12 +60,15 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skipped
 
 
-def imports_of(name: str, modules: dict[str, tuple[Path, bool]] = MODULES) -> set[str]:
-    """Modules of edgeload that ``name`` imports at run time (anywhere in the file)."""
+def imports_of(
+    name: str, modules: dict[str, tuple[Path, bool]] = MODULES, *, typing: bool = False
+) -> set[str]:
+    """Modules of edgeload that ``name`` imports at run time (anywhere in the file);
+    with ``typing``, also those it names only for the type checker (``TYPE_CHECKING``)."""
     path, is_package = modules[name]
     tree = ast.parse(path.read_text())
     package = name if is_package else name.rpartition(".")[0]
-    skipped = _type_checking_nodes(tree)
+    skipped = set() if typing else _type_checking_nodes(tree)
     targets: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -147,6 +150,13 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+def test_no_cycles_even_through_type_checking_imports():
+    # A cycle that only the type checker follows still means two modules know each
+    # other's insides: give the shared type its own lower module instead.
+    cycles = find_cycles({name: imports_of(name, typing=True) for name in MODULES})
+    assert not cycles, "type-level import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
 def test_the_checks_see_a_planted_cycle_and_an_upward_import(tmp_path):
     fake = tmp_path / "edgeload"
     (fake / "pipeline").mkdir(parents=True)
@@ -165,4 +175,23 @@ def test_the_checks_see_a_planted_cycle_and_an_upward_import(tmp_path):
     assert graph["edgeload.pipeline.workers"] == {"edgeload.errors", "edgeload.dataset"}
     assert find_cycles(graph) == [
         ["edgeload.errors", "edgeload.pipeline.workers", "edgeload.errors"]
+    ]
+
+
+def test_the_type_level_check_sees_a_cycle_only_type_checking_closes(tmp_path):
+    fake = tmp_path / "edgeload"
+    (fake / "dataset").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "dataset" / "__init__.py").write_text("")
+    (fake / "dataset" / "loader.py").write_text("from ._epoch import EpochIterator\n")
+    (fake / "dataset" / "_epoch.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .loader import DataLoader\n"
+    )
+    modules = _modules(fake)
+    runtime = {name: imports_of(name, modules) for name in modules}
+    typed = {name: imports_of(name, modules, typing=True) for name in modules}
+    assert find_cycles(runtime) == []
+    assert typed["edgeload.dataset._epoch"] == {"edgeload.dataset.loader"}
+    assert find_cycles(typed) == [
+        ["edgeload.dataset._epoch", "edgeload.dataset.loader", "edgeload.dataset._epoch"]
     ]

@@ -14,13 +14,11 @@ import functools
 import os
 import re
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
 from ._fetch import Fetcher, FetchSpec, Result, Task, WorkerStart
-
-if TYPE_CHECKING:
-    from .loader import DataLoader
+from ._settings import LoaderSettings, start_method_of
 
 # torch's advice when the process runs out of file descriptors (each tensor a worker
 # process returns travels as one): the same words, so the same searches find the fix.
@@ -196,29 +194,28 @@ def make_executor(
     """
     if num_workers == 0:
         return InlineExecutor(spec)
-    method = context
-    if context is not None and not isinstance(context, str):
-        method = context.get_start_method()
-    return PoolExecutor(spec, kind=kind, num_workers=num_workers, start_method=method)
+    return PoolExecutor(
+        spec, kind=kind, num_workers=num_workers, start_method=start_method_of(context)
+    )
 
 
-def make_loader_executor(loader: DataLoader[Any]) -> InlineExecutor | PoolExecutor:
-    """The executor for one epoch of ``loader`` (or for all, with persistent workers)."""
+def make_loader_executor(settings: LoaderSettings) -> InlineExecutor | PoolExecutor:
+    """The executor for one epoch (or for all, with persistent workers)."""
     spec = FetchSpec(
-        dataset=loader.dataset,
-        iterable=loader._sampling.iterable,
-        auto_collation=loader._sampling.auto_collation,
-        collate_fn=loader.collate_fn,
-        drop_last=loader.drop_last,
-        worker_init_fn=loader.worker_init_fn,
-        skip_errors=loader.on_error == "skip",
-        num_workers=loader._num_workers_resolved,
+        dataset=settings.dataset,
+        iterable=settings.sampling.iterable,
+        auto_collation=settings.sampling.auto_collation,
+        collate_fn=settings.collate_fn,
+        drop_last=settings.sampling.drop_last,
+        worker_init_fn=settings.worker_init_fn,
+        skip_errors=settings.skip_errors,
+        num_workers=settings.num_workers,
     )
     return make_executor(
         spec,
-        kind=loader.worker_kind_resolved,
-        num_workers=loader._num_workers_resolved,
-        context=loader.multiprocessing_context,
+        kind=settings.worker_kind,
+        num_workers=settings.num_workers,
+        context=settings.context,
     )
 
 

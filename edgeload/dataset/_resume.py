@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..checkpoint import KEY_VERSION, check_version
 from ._sampling import KEY_GENERATOR_STATE, _decode_state, _encode_state
-
-if TYPE_CHECKING:
-    from .loader import DataLoader
+from ._state import LoaderState
 
 STATE_VERSION = 1
 
@@ -18,41 +16,56 @@ KEY_PROGRESS = "progress"
 KEY_NUM_WORKERS = "num_workers"
 KEY_WORKER_KIND = "worker_kind"
 KEY_SKIPPED = "samples_skipped"
+# The key in an epoch's order state of the DataPipe shuffle seed.
+KEY_SHARED_SEED = "shared_seed"
 
 
-def loader_state(loader: DataLoader[Any]) -> dict[str, Any]:
-    """``loader.state_dict()``: the live epoch's snapshot and progress, or the boundary."""
-    state: dict[str, Any] = {
+def loader_state(
+    state: LoaderState,
+    *,
+    num_workers: int,
+    worker_kind: str,
+    live: tuple[dict[str, Any], dict[str, Any]] | None,
+    generator: Any,
+) -> dict[str, Any]:
+    """``loader.state_dict()``: the live epoch's snapshot and progress, or the boundary.
+
+    Args:
+        state: the loader's counters (and a loaded state not yet resumed).
+        num_workers, worker_kind: as resolved.
+        live: the live epoch's order state and progress, if one is in progress.
+        generator: the loader's ``generator`` (its state is kept at a boundary).
+    """
+    skipped = state.counters["samples_skipped"]
+    if state.resume is not None:
+        return {**state.resume, KEY_SKIPPED: skipped}
+    out: dict[str, Any] = {
         KEY_VERSION: STATE_VERSION,
-        KEY_EPOCH: loader._epoch,
-        KEY_NUM_WORKERS: loader._num_workers_resolved,
-        KEY_WORKER_KIND: loader.worker_kind_resolved,
-        KEY_SKIPPED: loader._counters["samples_skipped"],
+        KEY_EPOCH: state.epoch,
+        KEY_NUM_WORKERS: num_workers,
+        KEY_WORKER_KIND: worker_kind,
+        KEY_SKIPPED: skipped,
     }
-    if loader._resume is not None:
-        return {**loader._resume, KEY_SKIPPED: state[KEY_SKIPPED]}
-    it = loader._iter
-    if it is not None and not it._done:
-        state[KEY_ORDER] = dict(it._order.state)
-        state[KEY_PROGRESS] = it.state()
-    elif loader.generator is not None:
+    if live is not None:
+        out[KEY_ORDER], out[KEY_PROGRESS] = live
+    elif generator is not None:
         # At an epoch boundary the next epoch draws from the generator: keep its state.
-        state[KEY_GENERATOR_STATE] = _encode_state(loader.generator)
-    return state
+        out[KEY_GENERATOR_STATE] = _encode_state(generator)
+    return out
 
 
-def apply_loader_state(loader: DataLoader[Any], state: dict[str, Any]) -> None:
-    """``loader.load_state_dict(state)``: resume at the next ``iter()``.
+def apply_loader_state(state: LoaderState, saved: dict[str, Any], *, generator: Any) -> None:
+    """``loader.load_state_dict(saved)``: resume at the next ``iter()`` (the caller has
+    ended the live epoch first).
 
     Raises:
         ValueError: not a loader state, or one of another version.
     """
-    check_version(state, "DataLoader", STATE_VERSION)
-    loader._abandon()
-    loader._counters["samples_skipped"] = int(state.get(KEY_SKIPPED, 0))
-    if KEY_ORDER in state:
-        loader._resume = dict(state)
+    check_version(saved, "DataLoader", STATE_VERSION)
+    state.counters["samples_skipped"] = int(saved.get(KEY_SKIPPED, 0))
+    if KEY_ORDER in saved:
+        state.resume = dict(saved)
     else:
-        loader._epoch = int(state[KEY_EPOCH])
-        if loader.generator is not None and KEY_GENERATOR_STATE in state:
-            _decode_state(loader.generator, state[KEY_GENERATOR_STATE])
+        state.epoch = int(saved[KEY_EPOCH])
+        if generator is not None and KEY_GENERATOR_STATE in saved:
+            _decode_state(generator, saved[KEY_GENERATOR_STATE])

@@ -20,31 +20,34 @@ IterableDataset that does not shard itself would yield every sample once per wor
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, WorkerError
+from ..errors import ClosedError
 from ..pipeline.lifecycle import State
+from ._auto import resolve_plan
 from ._checks import FROZEN, check_arguments, check_context, warn_worker_count
 from ._datapipes import draw_shared_seed, is_iter_datapipe
-from ._device import check_gpu_mode, pin_batch
+from ._device import check_gpu_mode
 from ._epoch import EpochIterator
-from ._executor import make_loader_executor
-from ._resume import KEY_EPOCH, KEY_ORDER, KEY_PROGRESS, apply_loader_state, loader_state
+from ._resume import (
+    KEY_EPOCH,
+    KEY_ORDER,
+    KEY_PROGRESS,
+    KEY_SHARED_SEED,
+    apply_loader_state,
+    loader_state,
+)
+from ._runner import EpochRunner
 from ._sampling import EpochOrder, build_sampling
-from ._slots import LoaderSlots
+from ._settings import UNPLANNED, LoaderChoice, LoaderSettings, PlanRequest, start_method_of
+from ._state import KEY_TASKS_DONE, LoaderState
 from ._worker_ctx import get_worker_info
 
 __all__ = ["DataLoader", "get_worker_info"]
 
-_log = logging.getLogger("edgeload")
-
-# Skipped samples remembered for stats(), newest last.
-_SKIP_MEMORY = 32
 # Settings fixed when the workers are first planned; a change re-plans at the next iter().
 _PLANNED = (
     "num_workers",
@@ -54,8 +57,6 @@ _PLANNED = (
     "prefetch_bytes",
     "multiprocessing_context",
 )
-# The key in an epoch's order state of the DataPipe shuffle seed.
-KEY_SHARED_SEED = "shared_seed"
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -176,27 +177,12 @@ class DataLoader(Generic[T_co]):
         self.memory_mode = memory_mode
         self.on_error = on_error
         self.max_skips = max_skips
-        self.plan: Any = None
-        self._num_workers_resolved = 0
-        self.worker_kind_resolved = "main"
-        self._executor: Any = None
-        self._slots: LoaderSlots = LoaderSlots(
-            enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
-        )
-        self._memory_mode = "host"
-        self._memory_mode_reason = "not planned: the loader was closed before its first iter()"
+        self._choice: LoaderChoice = UNPLANNED
         self._planned: tuple[Any, ...] | None = None
-        self._iter_ref: weakref.ref[EpochIterator] | None = None
         self._len_called: int | None = None
-        self._epoch = 0
-        self._base_seed: int | None = None
-        self._resume: dict[str, Any] | None = None
-        self._pin = False
-        self._state = State.UNOPENED  # OPEN from the first iter(), CLOSED by close()
-        self._counters = {"batches": 0, "samples_skipped": 0, "epochs": 0}
-        self._skips: list[tuple[Any, str]] = []
-        self._start_method = ""
-        self._start_method_reason = ""
+        self._state = LoaderState()
+        self._runner = EpochRunner(self._state)
+        self._lifecycle = State.UNOPENED  # OPEN from the first iter(), CLOSED by close()
         warn_worker_count(num_workers, threads=worker_kind == "thread")
         self._initialized = True
 
@@ -211,6 +197,20 @@ class DataLoader(Generic[T_co]):
             value = check_context(value, self.num_workers)
         super().__setattr__(name, value)
 
+    @property
+    def plan(self) -> Any:
+        """The :class:`~edgeload.platform.plan.Plan` consulted (None before the first)."""
+        return self._choice.plan
+
+    @property
+    def worker_kind_resolved(self) -> str:
+        """``"main"`` (num_workers=0), ``"thread"`` or ``"process"``, as planned."""
+        return self._choice.worker_kind
+
+    @property
+    def _num_workers_resolved(self) -> int:
+        return self._choice.num_workers
+
     # torch's private names that code outside torch reads.
     @property
     def _auto_collation(self) -> bool:
@@ -222,11 +222,7 @@ class DataLoader(Generic[T_co]):
 
     @property
     def _iter(self) -> EpochIterator | None:
-        return None if self._iter_ref is None else self._iter_ref()
-
-    @_iter.setter
-    def _iter(self, it: EpochIterator | None) -> None:
-        self._iter_ref = None if it is None else weakref.ref(it)
+        return self._runner.live
 
     # torch's surface ---------------------------------------------------------------
 
@@ -242,38 +238,39 @@ class DataLoader(Generic[T_co]):
 
     def __iter__(self) -> Iterator[Any]:
         """Start an epoch (or resume the one loaded by ``load_state_dict``)."""
-        if self._state is State.CLOSED:
+        if self._lifecycle is State.CLOSED:
             raise ClosedError("DataLoader: iter() after close()")
-        self._state = State.OPEN
-        if self._iter is not None and not self._iter._done:
-            self._abandon()
-        self._resolve()
+        self._lifecycle = State.OPEN
+        self._runner.abandon()
+        settings = self._settings()
         order = EpochOrder(self._sampling, self.generator)
-        resume, self._resume = self._resume, None
+        state = self._state
+        resume, state.resume = state.resume, None
         shared: int | None = None
+        progress: dict[str, Any] | None = None
         if resume is not None:
-            self._epoch = int(resume[KEY_EPOCH])
+            state.epoch = int(resume[KEY_EPOCH])
             shared = resume[KEY_ORDER].get(KEY_SHARED_SEED)
-            self._base_seed = order.resume(
-                resume[KEY_ORDER], skip=int(resume[KEY_PROGRESS]["tasks_done"])
-            )
-            progress: dict[str, Any] | None = resume[KEY_PROGRESS]
+            progress = resume[KEY_PROGRESS]
+            skip = int(resume[KEY_PROGRESS][KEY_TASKS_DONE])
+            state.base_seed = order.resume(resume[KEY_ORDER], skip=skip)
         else:
             if is_iter_datapipe(self.dataset):
                 # torch draws the pipe's shuffle seed first, then the workers' base seed.
                 shared = draw_shared_seed(self.generator)
-            keep = self._base_seed if self._persistent and self._executor is not None else None
-            self._base_seed = order.start(base_seed=keep)
-            progress = None
+            keep = state.base_seed if self._runner.keeps_workers() else None
+            state.base_seed = order.start(base_seed=keep)
         if shared is not None:
             order.state[KEY_SHARED_SEED] = shared
-        it = EpochIterator(self, order, self._base_seed, resume=progress, shared_seed=shared)
-        self._iter = it
-        return it
-
-    @property
-    def _persistent(self) -> bool:
-        return self.persistent_workers and self._num_workers_resolved > 0
+        return self._runner.start(
+            settings,
+            order,
+            base_seed=state.base_seed,
+            shared_seed=shared,
+            resume=progress,
+            length=self.__len__,
+            len_called=self._len_called,
+        )
 
     def _resolve(self) -> None:
         """Take the plan's choices for what the user left on ``"auto"``.
@@ -284,61 +281,42 @@ class DataLoader(Generic[T_co]):
         planned = tuple(getattr(self, name) for name in _PLANNED)
         if self._planned == planned:
             return
-        if self._planned is not None:
-            self._close_executor()
-            self._slots.close()
         self._planned = planned
-        from ._auto import apply_plan
-
-        apply_plan(self)
-
-    def _executor_for_epoch(self) -> Any:
-        if self._executor is not None and self._persistent:
-            return self._executor
-        self._close_executor()
-        self._executor = make_loader_executor(self)
-        self._start_method = getattr(self._executor, "start_method", "")
-        self._start_method_reason = getattr(self._executor, "start_method_reason", "")
-        return self._executor
-
-    def _max_in_flight(self) -> int:
-        """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
-        as torch) per worker, and no more than ``prefetch_bytes`` of fixed-size batches."""
-        n = self._num_workers_resolved
-        if n == 0:
-            return 1
-        limit = n * (2 if self.prefetch_factor is None else max(1, self.prefetch_factor))
-        layout = self._slots.layout
-        budget = self.prefetch_bytes or (self.plan.prefetch_bytes if self.plan else None)
-        if layout is not None and budget:
-            limit = min(limit, max(1, budget // layout.nbytes))
-        return limit
-
-    def _deliver(self, batch: Any, *, from_slot: bool) -> Any:
-        self._counters["batches"] += 1
-        if self._pin and not (from_slot and self._slots.page_locked):
-            return pin_batch(batch, self.engine)
-        return batch
-
-    def _count_skip(self, index: Any, message: str, *, epoch_skips: int) -> None:
-        self._counters["samples_skipped"] += 1
-        self._skips = [*self._skips[-(_SKIP_MEMORY - 1) :], (index, message)]
-        _log.warning("edgeload: DataLoader skipped sample %r: %s", index, message)
-        if epoch_skips > self.max_skips:
-            raise WorkerError(
-                f"sample {index!r} failed ({message}): {epoch_skips} samples skipped this "
-                f"epoch, more than max_skips={self.max_skips}; fix the dataset or raise "
-                "max_skips",
-                index=index,
+        self._choice = resolve_plan(
+            PlanRequest(
+                num_workers=self.num_workers,
+                worker_kind=self.worker_kind,
+                pin_memory=self.pin_memory,
+                memory_mode=self.memory_mode,
+                prefetch_bytes=self.prefetch_bytes,
+                start_method=start_method_of(self.multiprocessing_context),
+                batch_size=self.batch_size,
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=self.persistent_workers,
+                engine=self.engine,
             )
+        )
+        slots = self.collate_fn is None and self._sampling.auto_collation
+        self._runner.replan(self._choice, slots_enabled=slots, engine=self.engine)
 
-    def _epoch_finished(self, it: EpochIterator) -> None:
-        if it is self._iter:
-            self._epoch += 1
-            self._counters["epochs"] += 1
-            self._iter = None
-        if not self._persistent:
-            self._close_executor()
+    def _settings(self) -> LoaderSettings:
+        """This epoch's settings: the attributes as they are now, and the plan's choice."""
+        self._resolve()
+        return LoaderSettings(
+            dataset=self.dataset,
+            sampling=self._sampling,
+            collate_fn=self.collate_fn,
+            worker_init_fn=self.worker_init_fn,
+            context=self.multiprocessing_context,
+            timeout_s=self.timeout or None,
+            in_order=self.in_order,
+            skip_errors=self.on_error == "skip",
+            max_skips=self.max_skips,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            engine=self.engine,
+            choice=self._choice,
+        )
 
     # State ---------------------------------------------------------------------------
 
@@ -348,7 +326,14 @@ class DataLoader(Generic[T_co]):
         Taken after batch k, loading it into a loader built with the same arguments
         gives exactly batches k+1... of the uninterrupted run.
         """
-        return loader_state(self)
+        it = self._runner.live
+        return loader_state(
+            self._state,
+            num_workers=self._choice.num_workers,
+            worker_kind=self._choice.worker_kind,
+            live=None if it is None or it.done else (it.order_state(), it.progress.state()),
+            generator=self.generator,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``.
@@ -356,56 +341,35 @@ class DataLoader(Generic[T_co]):
         Raises:
             ValueError: not a loader state, or one of another version.
         """
-        apply_loader_state(self, state)
+        self._runner.abandon()
+        apply_loader_state(self._state, state, generator=self.generator)
 
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, memory
         mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
-        if self._state is not State.CLOSED:
+        if self._lifecycle is not State.CLOSED:
             self._resolve()
+        choice, runner = self._choice, self._runner
         return {
-            **self._counters,
-            "skipped": list(self._skips),
-            "num_workers": self._num_workers_resolved,
-            "worker_kind": self.worker_kind_resolved,
-            "memory_mode": self._memory_mode,
-            "memory_mode_reason": self._memory_mode_reason,
-            "start_method": self._start_method,
-            "start_method_reason": self._start_method_reason,
-            **self._slots.stats(),
+            **self._state.counters,
+            "skipped": list(self._state.skips),
+            "num_workers": choice.num_workers,
+            "worker_kind": choice.worker_kind,
+            "memory_mode": choice.memory_mode,
+            "memory_mode_reason": choice.memory_mode_reason,
+            "start_method": runner.start_method,
+            "start_method_reason": runner.start_method_reason,
+            **runner.slots.stats(),
         }
 
     # Lifecycle -----------------------------------------------------------------------
 
-    def _abandon(self) -> None:
-        """End the live pass, if any: stop its workers, then free its slots.
-
-        Workers go first, so no worker can still be writing a slot that is handed out
-        again; persistent workers are restarted too, for the same reason.
-        """
-        if self._iter is not None and not self._iter._done:
-            self._close_executor()
-        if self._iter is not None:
-            self._iter.close()
-            self._iter = None
-
-    def _iterator_dropped(self, it: EpochIterator) -> None:
-        """An unfinished iterator was deleted: stop its workers now, as torch does."""
-        if self._iter in (it, None):
-            self._close_executor()
-
-    def _close_executor(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
-            self._executor = None
-
     def close(self) -> None:
         """Stop the workers and free the slots; idempotent."""
-        if self._state is State.CLOSED:
+        if self._lifecycle is State.CLOSED:
             return
-        self._state = State.CLOSED
-        self._abandon()
-        self._slots.close()
+        self._lifecycle = State.CLOSED
+        self._runner.close()
 
     def __enter__(self) -> DataLoader[T_co]:
         return self

@@ -1,0 +1,131 @@
+"""What a DataLoader keeps between epochs: its executor, its slots and its live epoch.
+
+One epoch is live at a time, held weakly (``del`` of an unfinished iterator stops its
+workers at once, as torch's does).  Workers are stopped before slots are freed, so no
+worker can still be writing a slot that is handed out again.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ._epoch import EpochIterator
+from ._executor import make_loader_executor
+from ._sampling import EpochOrder
+from ._settings import LoaderChoice, LoaderSettings
+from ._slots import LoaderSlots
+from ._state import LoaderState
+
+
+class EpochRunner:
+    """Starts a loader's epochs on workers and slots made for its current plan."""
+
+    def __init__(self, state: LoaderState) -> None:
+        self._state = state
+        self._executor: Any = None
+        self.slots = LoaderSlots(
+            enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
+        )
+        self._live: weakref.ref[EpochIterator] | None = None
+        self._persistent = False
+        self.start_method = self.start_method_reason = ""
+
+    @property
+    def live(self) -> EpochIterator | None:
+        """The iterator of the epoch in progress (None between epochs)."""
+        return None if self._live is None else self._live()
+
+    @live.setter
+    def live(self, it: EpochIterator | None) -> None:
+        self._live = None if it is None else weakref.ref(it)
+
+    def keeps_workers(self) -> bool:
+        """Persistent workers are running: the next epoch reuses them (and their seed)."""
+        return self._persistent and self._executor is not None
+
+    def replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
+        """Stop the workers and free the slots of the previous plan; make slots for this one."""
+        from ._thread_seeds import install_seed_hooks
+        from ._worker_ctx import install_torch_hook
+
+        self.close()
+        if choice.worker_kind == "thread":
+            install_torch_hook()
+            install_seed_hooks()
+        self.slots = LoaderSlots(
+            enabled=slots_enabled,
+            count=choice.slot_count,
+            budget_bytes=choice.prefetch_bytes,
+            shared=choice.worker_kind == "process",
+            mode=choice.memory_mode,
+            engine=engine,
+        )
+
+    def start(
+        self,
+        settings: LoaderSettings,
+        order: EpochOrder,
+        *,
+        base_seed: int,
+        shared_seed: int | None,
+        resume: dict[str, Any] | None,
+        length: Any,
+        len_called: int | None,
+    ) -> EpochIterator:
+        """Begin an epoch (ending the live one first)."""
+        live = self.live
+        if live is not None and not live.done:
+            self.abandon()
+        self._persistent = settings.persistent
+        if self._executor is None or not settings.persistent:
+            self._close_executor()
+            self._executor = make_loader_executor(settings)
+            self.start_method = getattr(self._executor, "start_method", "")
+            self.start_method_reason = getattr(self._executor, "start_method_reason", "")
+        it = EpochIterator(
+            settings,
+            self._state,
+            executor=self._executor,
+            slots=self.slots,
+            order=order,
+            base_seed=base_seed,
+            shared_seed=shared_seed,
+            resume=resume,
+            length=length,
+            len_called=len_called,
+            on_end=self._ended,
+        )
+        self.live = it
+        return it
+
+    def _ended(self, it: EpochIterator, finished: bool) -> None:
+        if finished:
+            if it is self.live:
+                self._state.finish_epoch()
+                self.live = None
+            if not self._persistent:
+                self._close_executor()
+        elif self.live in (it, None):
+            # An unfinished iterator was deleted: stop its workers now, as torch does.
+            self._close_executor()
+
+    def abandon(self) -> None:
+        """End the live epoch, if any: stop its workers, then release its slots."""
+        live = self.live
+        if live is not None and not live.done:
+            self._close_executor()
+        if live is not None:
+            live.close()
+            self.live = None
+
+    def _close_executor(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def close(self) -> None:
+        """Stop the workers and free the slots (batches the user holds stay valid)."""
+        self.abandon()
+        self._close_executor()
+        self.slots.close()

@@ -1,0 +1,129 @@
+"""What one epoch of a DataLoader runs with: the user's settings and the plan's choices.
+
+The loader reads its attributes at each ``iter()`` (torch lets users assign
+``num_workers``, ``timeout`` and friends between epochs) and freezes them here, so the
+epoch, its executor and its workers never read the loader itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._collate import SlotLayout
+from ._sampling import Sampling
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asked of the plan: the loader's settings that ``"auto"`` can fill."""
+
+    num_workers: Any
+    """A count, or ``"auto"``."""
+    worker_kind: str
+    """``"thread"``, ``"process"`` or ``"auto"``."""
+    pin_memory: Any
+    """True, False or ``"auto"``."""
+    memory_mode: str
+    """A memory mode, or ``"auto"``."""
+    prefetch_bytes: int | None
+    start_method: str | None
+    """From ``multiprocessing_context``; a start method means processes were asked for."""
+    batch_size: int | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    engine: Any
+    """The GPU engine, or None for CUDA through torch."""
+
+
+@dataclass(frozen=True)
+class LoaderChoice:
+    """What the plan resolved for one loader."""
+
+    plan: Any
+    """The :class:`~edgeload.platform.plan.Plan` consulted (None before the first plan)."""
+    num_workers: int
+    worker_kind: str
+    """``"main"`` (num_workers=0), ``"thread"`` or ``"process"``."""
+    pin_memory: bool
+    memory_mode: str
+    """Slot memory: the plan's mode (``host`` without CUDA, and for process workers)."""
+    memory_mode_reason: str
+    slot_count: int
+    """Slots to make once the layout is known (before the prefetch budget caps them)."""
+    prefetch_bytes: int | None
+    """Bound on the bytes of batches in flight (the user's, else the plan's)."""
+
+
+UNPLANNED = LoaderChoice(
+    plan=None,
+    num_workers=0,
+    worker_kind="main",
+    pin_memory=False,
+    memory_mode="host",
+    memory_mode_reason="not planned: the loader was closed before its first iter()",
+    slot_count=2,
+    prefetch_bytes=None,
+)
+"""What a loader reports before (and without) a plan."""
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """One epoch's settings: the loader's attributes at ``iter()`` and the plan's choice."""
+
+    dataset: Any
+    sampling: Sampling
+    collate_fn: Callable[[Any], Any] | None
+    worker_init_fn: Callable[[int], None] | None
+    context: Any
+    """torch's ``multiprocessing_context``: None, a start method or a context."""
+    timeout_s: float | None
+    """Longest wait for one batch (None: no limit; torch's ``timeout=0``)."""
+    in_order: bool
+    skip_errors: bool
+    """``on_error="skip"``: a sample whose loading raises is dropped and counted."""
+    max_skips: int
+    prefetch_factor: int | None
+    persistent_workers: bool
+    engine: Any
+    choice: LoaderChoice
+
+    @property
+    def num_workers(self) -> int:
+        return self.choice.num_workers
+
+    @property
+    def worker_kind(self) -> str:
+        return self.choice.worker_kind
+
+    @property
+    def persistent(self) -> bool:
+        """Workers live across epochs (``persistent_workers`` with workers to keep)."""
+        return self.persistent_workers and self.num_workers > 0
+
+    @property
+    def slots_enabled(self) -> bool:
+        """Batches may be collated into slots: the default collate with batching."""
+        return self.collate_fn is None and self.sampling.auto_collation
+
+    def max_in_flight(self, layout: SlotLayout | None) -> int:
+        """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
+        as torch) per worker, and no more than the prefetch budget of fixed-size batches."""
+        n = self.num_workers
+        if n == 0:
+            return 1
+        limit = n * (2 if self.prefetch_factor is None else max(1, self.prefetch_factor))
+        budget = self.choice.prefetch_bytes
+        if layout is not None and budget:
+            limit = min(limit, max(1, budget // layout.nbytes))
+        return limit
+
+
+def start_method_of(context: Any) -> str | None:
+    """The start method ``multiprocessing_context`` names (a name or a context), if any."""
+    if context is None or isinstance(context, str):
+        return context
+    get = getattr(context, "get_start_method", None)
+    return str(get()) if callable(get) else None

@@ -1,0 +1,127 @@
+"""What a DataLoader has done: its counters across epochs, and one epoch's progress.
+
+An epoch's state is small because each worker handles its tasks in order: how many
+tasks were yielded (and, out of order, which ones ahead of that), the worker the next
+iterable task goes to, and per worker the random state (and for iterable datasets the
+samples drawn) as of its last batch that was yielded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import WorkerError
+
+_log = logging.getLogger("edgeload")
+
+# Keys of the epoch part of the loader state (saved states carry them: never rename).
+KEY_TASKS_DONE = "tasks_done"
+KEY_AHEAD = "yielded_ahead"
+KEY_WORKERS = "workers"
+KEY_NEXT_WORKER = "next_worker"
+KEY_W_RNG = "rng"
+KEY_W_CONSUMED = "samples_drawn"
+KEY_W_ENDED = "ended"
+
+# Skipped samples remembered for stats(), newest last.
+SKIP_MEMORY = 32
+
+
+@dataclass
+class LoaderState:
+    """A loader's counters across epochs; each epoch adds to them."""
+
+    epoch: int = 0
+    """The epoch the next ``iter()`` starts (or resumes)."""
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"batches": 0, "samples_skipped": 0, "epochs": 0}
+    )
+    skips: list[tuple[Any, str]] = field(default_factory=list)
+    """(index, error) of the last ``SKIP_MEMORY`` samples skipped."""
+    resume: dict[str, Any] | None = None
+    """A loaded mid-epoch state, for the next ``iter()`` to resume."""
+    base_seed: int | None = None
+    """The live (or last) epoch's base seed; persistent workers keep it."""
+
+    def count_skip(self, index: Any, message: str, *, epoch_skips: int, max_skips: int) -> None:
+        """Count a skipped sample; raise once an epoch has skipped more than ``max_skips``."""
+        self.counters["samples_skipped"] += 1
+        self.skips = [*self.skips[-(SKIP_MEMORY - 1) :], (index, message)]
+        _log.warning("edgeload: DataLoader skipped sample %r: %s", index, message)
+        if epoch_skips > max_skips:
+            raise WorkerError(
+                f"sample {index!r} failed ({message}): {epoch_skips} samples skipped this "
+                f"epoch, more than max_skips={max_skips}; fix the dataset or raise max_skips",
+                index=index,
+            )
+
+    def finish_epoch(self) -> None:
+        self.epoch += 1
+        self.counters["epochs"] += 1
+
+
+class EpochProgress:
+    """Which tasks of one epoch were yielded, and each worker's state as of then."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+        self.yielded = 0
+        """Tasks 0..yielded-1 were all yielded."""
+        self.ahead: set[int] = set()
+        """Tasks past ``yielded`` that were yielded too (``in_order=False``)."""
+        self.resume_next = 0
+        """The worker after the one whose batch was yielded last: where a resume starts."""
+        self.workers: list[dict[str, Any]] = [{} for _ in range(num_workers)]
+        self.ended: set[int] = set()
+        """Iterable datasets: workers whose stream has ended."""
+
+    def load(self, saved: dict[str, Any]) -> list[dict[str, Any]]:
+        """Take the progress of a saved epoch; returns each worker's saved state.
+
+        Raises:
+            ValueError: the state was saved with another number of workers.
+        """
+        workers = saved.get(KEY_WORKERS, [])
+        if len(workers) not in (0, self.num_workers):
+            raise ValueError(
+                f"the saved loader state has {len(workers)} workers but this loader runs "
+                f"{self.num_workers}; pass num_workers={len(workers)} (threads or processes, "
+                "either resumes exactly)"
+            )
+        self.yielded = int(saved[KEY_TASKS_DONE])
+        self.ahead = {int(p) for p in saved.get(KEY_AHEAD, [])}
+        self.resume_next = int(saved.get(KEY_NEXT_WORKER, 0))
+        for w, ws in enumerate(workers or [{}] * self.num_workers):
+            self.workers[w] = dict(ws)
+            if ws.get(KEY_W_ENDED):
+                self.ended.add(w)
+        return [dict(w) for w in self.workers]
+
+    def state(self) -> dict[str, Any]:
+        """The JSON-ready state after the batches yielded so far."""
+        return {
+            KEY_TASKS_DONE: self.yielded,
+            KEY_AHEAD: sorted(self.ahead),
+            KEY_NEXT_WORKER: self.resume_next,
+            KEY_WORKERS: [dict(w) for w in self.workers],
+        }
+
+    def record(self, worker: int, rng: Any, consumed: int) -> None:
+        """Worker ``worker``'s random state and samples drawn after its latest result."""
+        self.workers[worker][KEY_W_RNG] = rng
+        self.workers[worker][KEY_W_CONSUMED] = consumed
+
+    def end_worker(self, worker: int) -> None:
+        self.workers[worker][KEY_W_ENDED] = True
+        self.ended.add(worker)
+
+    def mark_yielded(self, position: int) -> None:
+        if position == self.yielded:
+            self.yielded += 1
+            while self.yielded in self.ahead:
+                self.ahead.discard(self.yielded)
+                self.yielded += 1
+        else:
+            self.ahead.add(position)
