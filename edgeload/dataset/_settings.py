@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._collate import SlotLayout
+from ._collate import SlotMap
 from ._sampling import Sampling
 
 
@@ -108,7 +108,7 @@ class LoaderSettings:
         """Batches may be collated into slots: the default collate with batching."""
         return self.collate_fn is None and self.sampling.auto_collation
 
-    def max_in_flight(self, layout: SlotLayout | None) -> int:
+    def max_in_flight(self, layout: SlotMap | None) -> int:
         """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
         as torch) per worker, and no more than the prefetch budget of fixed-size batches."""
         n = self.num_workers
