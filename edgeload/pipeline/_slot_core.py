@@ -1,4 +1,4 @@
-"""The slot pool's types and bookkeeping: slot memory, and which slot is where.
+"""The slot pool's types and its lease bookkeeping: which slot is where.
 
 Kept apart from :mod:`edgeload.pipeline.slots` so the pool's finalizer and the weak-reference
 callbacks hold this state and never the pool itself.
@@ -7,15 +7,25 @@ callbacks hold this state and never the pool itself.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
+import time
 import weakref
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from ..errors import ClosedError, WaitTimeout
 from ._shm import SlotRef
+from .lifecycle import POLL_INTERVAL_S
 
 __all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats"]
+
+_log = logging.getLogger("edgeload")
+
+# Waiting for the GPU to finish with a slot polls faster than the pool's usual interval:
+# a copy takes about a millisecond per megabyte.
+_GPU_POLL_S = 0.002
 
 
 class Backing(Protocol):
@@ -100,7 +110,102 @@ class PoolCore:
         self.retired: set[int] = set()
         self.guard: Any = None
         self.lease_streams: dict[int, Any] = {}  # consumer's stream when each was leased
+        self.copies = 0  # leases delivered as copies (SlotStats.copies)
+        self.gpu_waits = 0  # acquires that waited for the GPU (SlotStats.gpu_waits)
         self.closed = False
+
+    def check_acquired(self, index: int) -> None:
+        """Raise ValueError unless slot ``index`` is acquired (cond held)."""
+        if index not in self.acquired:
+            raise ValueError(
+                f"{self.name}: slot {index} is not acquired; pass a slot from acquire() "
+                "that was not released or leased since"
+            )
+
+    def give_back(self, index: int) -> None:
+        """An acquired slot goes back to ``free`` (cond held)."""
+        self.check_acquired(index)
+        self.acquired.remove(index)
+        self.free.append(index)
+        self.cond.notify_all()
+
+    def take(self, timeout_s: float | None, grow_one: Callable[[], bool]) -> int:
+        """Move a free slot to ``acquired`` and return it, waiting up to ``timeout_s``.
+
+        With no free slot, ``grow_one()`` may add one; free slots the GPU still reads
+        are waited for instead (cond held).
+
+        Raises:
+            ClosedError: the pool closed (also while waiting).
+            WaitTimeout: no slot came free in time.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waited_for_gpu = False
+        while True:
+            if self.closed:
+                raise ClosedError(f"{self.name}: acquire() after close()")
+            index = self.take_free()
+            if index is not None:
+                self.acquired.add(index)
+                return index
+            # Free slots the GPU still reads are waited for, not grown around: the
+            # GPU is the bottleneck, and more memory would not make it faster.
+            gpu_busy = bool(self.free)
+            if gpu_busy and not waited_for_gpu:
+                waited_for_gpu = True
+                self.gpu_waits += 1
+            if not gpu_busy and grow_one():
+                continue
+            poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
+            left = poll if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(
+                    f"{self.name}: no free slot within {timeout_s} s ({len(self.views)} "
+                    f"slots: {len(self.acquired)} being filled, {len(self.leased)} held "
+                    f"by the consumer, {len(self.free)} still read by the GPU); release "
+                    "batches sooner or raise max_bytes"
+                )
+            self.cond.wait(min(left, poll))
+
+    def lease(self, index: int, view: np.ndarray) -> None:
+        """Slot ``index`` is ``leased`` until ``view``'s buffer dies (cond held)."""
+        base = view.base
+        if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
+            raise TypeError("slot view has no ndarray base")
+        self.acquired.remove(index)
+        if self.guard is not None:
+            self.lease_streams[index] = self.guard.consumer_stream()
+        self.leased[index] = weakref.ref(base, Releaser(self, index))
+
+    def copy_out(self, index: int, *, reserve: int, max_bytes: int | None) -> np.ndarray:
+        """Deliver acquired slot ``index`` as a copy and free it at once (cond held)."""
+        copy = self.arrays[index].copy()
+        self.give_back(index)
+        self.copies += 1
+        if self.copies == 1:
+            _log.warning(
+                "edgeload: %s: the consumer keeps %d batches, every slot but the %d kept "
+                "for producers and all max_bytes=%s allow; later batches are copies, not "
+                "views. Drop batches sooner, or raise the prefetch budget",
+                self.name,
+                len(self.leased),
+                reserve,
+                max_bytes,
+            )
+        return copy
+
+    def snapshot(self, *, nbytes: int) -> SlotStats:
+        """The slot counts now (cond held)."""
+        return SlotStats(
+            count=len(self.views),
+            free=len(self.free),
+            acquired=len(self.acquired),
+            leased=len(self.leased),
+            copies=self.copies,
+            nbytes=nbytes,
+            gpu_waits=self.gpu_waits,
+            retired=len(self.retired),
+        )
 
     def on_release(self, index: int) -> None:
         with self.cond:

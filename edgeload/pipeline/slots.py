@@ -17,23 +17,25 @@ seam for custom modes); ``host`` is page-aligned ``mmap`` memory, shared through
 the lease rule, from an engine (``edgeload.cuda.engine``): a batch the consumer drops
 is fenced on the consumer's stream, and its slot is not handed to a producer until the
 copy or kernel queued on it has completed (counted in ``stats().gpu_waits``).
+
+The pool is the public face of two parts: the slots' memory (``_slot_memory.SlotStore``
+and the allocators) and the lease bookkeeping, which slot is free, being filled or held
+by the consumer (``_slot_core.PoolCore``, which the finalizer and weak-reference
+callbacks hold instead of the pool).
 """
 
 from __future__ import annotations
 
-import logging
-import mmap
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ArgumentError, ClosedError, WaitTimeout
-from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
-from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
-from ._slot_core import Allocator, Backing, PoolCore, Releaser, Slot, SlotStats
-from .lifecycle import POLL_INTERVAL_S
+from ..errors import ClosedError
+from ..vocabulary import MemoryMode
+from ._shm import SHM_DIR, SlotRef, attach, check_shm_space
+from ._slot_core import Backing, PoolCore, Slot, SlotStats
+from ._slot_memory import PAGE_SIZE, SlotStore, allocate_backing, register_memory_mode
 
 if TYPE_CHECKING:  # numpy.typing arrived in numpy 1.20; JetPack 5 ships 1.17
     import numpy.typing as npt
@@ -52,73 +54,6 @@ __all__ = [
     "check_shm_space",
     "register_memory_mode",
 ]
-
-_log = logging.getLogger("edgeload")
-
-PAGE_SIZE = mmap.PAGESIZE
-
-
-def _host_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
-    if shared:
-        return SharedSegment(nbytes, shm_dir=shm_dir)
-    return HostMemory(nbytes)
-
-
-def _gpu(mode: MemoryMode, engine: Any = None) -> Allocator:
-    def gpu_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
-        # Imported on use: only GPU pools need the CUDA runtime (edgeload.cuda.memory).
-        from ..cuda.memory import gpu_allocator
-
-        return gpu_allocator(mode, engine)(nbytes, shared, shm_dir)
-
-    return gpu_backing
-
-
-# Waiting for the GPU to finish with a slot polls faster than the pool's usual interval:
-# a copy takes about a millisecond per megabyte.
-_GPU_POLL_S = 0.002
-
-
-_ALLOCATORS: dict[str, Allocator] = {
-    "host": _host_backing,
-    "pinned": _gpu("pinned"),
-    "mapped": _gpu("mapped"),
-    "managed": _gpu("managed"),
-}
-
-
-_CUSTOM: set[str] = set()
-
-
-def register_memory_mode(mode: str, allocator: Allocator) -> None:
-    """Install (or replace) the allocator behind memory ``mode`` (its pools get no GPU fences)."""
-    _ALLOCATORS[mode] = allocator
-    _CUSTOM.add(mode)
-
-
-def allocate_backing(
-    mode: str, nbytes: int, *, shared: bool = False, shm_dir: str = SHM_DIR
-) -> Backing:
-    """Allocate the memory behind ``nbytes`` of slots in memory ``mode``.
-
-    Args:
-        mode: a memory mode (``"host"``, a GPU mode, or one from ``register_memory_mode``).
-        nbytes: size in bytes (>= 1).
-        shared: a ``shm_dir`` segment that process workers can attach (host memory).
-        shm_dir: the shared-memory directory.
-
-    Raises:
-        ArgumentError: unknown mode or ``nbytes`` < 1 (a ValueError).
-        PlatformError: the mode is unavailable here, or ``shm_dir`` is too small.
-    """
-    if mode not in _ALLOCATORS:
-        raise ArgumentError(
-            f"memory mode must be one of {sorted(_ALLOCATORS)}, got {mode!r}; pass one of "
-            "those or register it with register_memory_mode()"
-        )
-    if not isinstance(nbytes, int) or nbytes < 1:
-        raise ArgumentError(f"slot memory must be an int of at least 1 byte, got {nbytes!r}")
-    return _ALLOCATORS[mode](nbytes, shared, shm_dir)
 
 
 class SlotPool:
@@ -163,43 +98,26 @@ class SlotPool:
         reserve: int = 1,
         engine: Any = None,
     ) -> None:
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
         if count < 1:
             raise ValueError(f"{name}: count must be >= 1, got {count}")
-        if any(d < 0 for d in self.shape):
-            raise ValueError(f"{name}: shape must have no negative sizes, got {shape}")
-        self.item_nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
-        self.slot_nbytes = max(PAGE_SIZE, -(-self.item_nbytes // PAGE_SIZE) * PAGE_SIZE)
-        if max_bytes is not None and max_bytes < count * self.slot_nbytes:
-            raise ValueError(
-                f"{name}: max_bytes={max_bytes} is below {count} slots of "
-                f"{self.slot_nbytes} bytes; raise max_bytes or lower count"
-            )
-        self.name, self.mode, self.shared, self.shm_dir = name, mode, shared, shm_dir
-        self.max_bytes = max_bytes
         if not 1 <= reserve <= count:
             raise ValueError(f"{name}: reserve must be between 1 and count={count}, got {reserve}")
-        self.reserve = reserve
-        self._copies = 0
-        self._gpu_waits = 0
+        self.name, self.reserve = name, reserve
         self._core = PoolCore(name)
-        self._allocator: Allocator | None = None
-        if mode in GPU_MEMORY_MODES and (engine is not None or mode not in _CUSTOM):
-            from ..cuda.engine import default_engine
-            from ..cuda.memory import SlotGuard
-
-            engine = engine if engine is not None else default_engine()
-            self._allocator = _gpu(mode, engine)
-            self._core.guard = SlotGuard(engine)
-        if mode == "managed":
-            # Attaching managed memory to a CUDA stream covers its whole allocation: on a
-            # Jetson without I/O coherency, a CPU write into one slot while the GPU reads
-            # another in the same allocation faults. One allocation per slot keeps them apart.
-            for _ in range(count):
-                self._grow(1)
-        else:
-            self._grow(count)
+        self._store = store = SlotStore(
+            self._core,
+            shape,
+            dtype,
+            count=count,
+            max_bytes=max_bytes,
+            mode=mode,
+            shared=shared,
+            shm_dir=shm_dir,
+            engine=engine,
+        )
+        self.shape, self.dtype, self.mode = store.shape, store.dtype, mode
+        self.item_nbytes, self.slot_nbytes = store.item_nbytes, store.slot_nbytes
+        self.shared, self.shm_dir, self.max_bytes = shared, shm_dir, max_bytes
         self._finalizer = weakref.finalize(self, self._core.close)
 
     def __enter__(self) -> SlotPool:
@@ -216,41 +134,7 @@ class SlotPool:
     @property
     def count(self) -> int:
         """Slots allocated now."""
-        return len(self._core.views)
-
-    def _grow(self, count: int) -> None:
-        """Allocate ``count`` more slots (cond held, or in __init__)."""
-        core = self._core
-        nbytes = count * self.slot_nbytes
-        if self._allocator is not None:
-            backing = self._allocator(nbytes, self.shared, self.shm_dir)
-        else:
-            backing = allocate_backing(self.mode, nbytes, shared=self.shared, shm_dir=self.shm_dir)
-        core.backings.append(backing)
-        for i in range(count):
-            index, offset = len(core.views), i * self.slot_nbytes
-            core.views.append((len(core.backings) - 1, offset))
-            core.arrays.append(self._view(index))
-            core.refs.append(
-                None
-                if backing.name is None
-                else SlotRef(
-                    backing.name, backing.shm_dir, offset, self.shape, self.dtype.str, index
-                )
-            )
-            core.free.append(index)
-
-    def _can_grow(self) -> bool:
-        return self.max_bytes is not None and (self.count + 1) * self.slot_nbytes <= self.max_bytes
-
-    def _starves(self, leased: int) -> bool:
-        """Whether ``leased`` consumer-held slots leave producers fewer than ``reserve``."""
-        return self.count - leased < self.reserve
-
-    def _view(self, index: int) -> np.ndarray:
-        backing_index, offset = self._core.views[index]
-        buf = self._core.backings[backing_index].buffer[offset : offset + self.item_nbytes]
-        return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape)
+        return self._store.count
 
     def _check_open(self, what: str) -> None:
         if self._core.closed:
@@ -267,35 +151,9 @@ class SlotPool:
             ClosedError: the pool is closed (also while waiting).
             WaitTimeout: no slot came free within ``timeout_s`` (a TimeoutError).
         """
-        core = self._core
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        waited_for_gpu = False
-        with core.cond:
-            while True:
-                self._check_open("acquire()")
-                index = core.take_free()
-                if index is not None:
-                    core.acquired.add(index)
-                    return Slot(index, core.arrays[index], core.refs[index])
-                # Free slots the GPU still reads are waited for, not grown around: the
-                # GPU is the bottleneck, and more memory would not make it faster.
-                gpu_busy = bool(core.free)
-                if gpu_busy and not waited_for_gpu:
-                    waited_for_gpu = True
-                    self._gpu_waits += 1
-                if not gpu_busy and self._can_grow():
-                    self._grow(1)
-                    continue
-                poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
-                left = poll if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise WaitTimeout(
-                        f"{self.name}: no free slot within {timeout_s} s ({self.count} "
-                        f"slots: {len(core.acquired)} being filled, {len(core.leased)} held "
-                        f"by the consumer, {len(core.free)} still read by the GPU); release "
-                        "batches sooner or raise max_bytes"
-                    )
-                core.cond.wait(min(left, poll))
+        with self._core.cond:
+            index = self._core.take(timeout_s, self._store.grow_one)
+            return Slot(index, self._core.arrays[index], self._core.refs[index])
 
     def release(self, slot: Slot) -> None:
         """Give an acquired slot back unused (an error, a dropped item); no-op after close.
@@ -303,15 +161,9 @@ class SlotPool:
         Raises:
             ValueError: the slot is not currently acquired from this pool.
         """
-        core = self._core
-        with core.cond:
-            if core.closed:
-                return
-            if slot.index not in core.acquired:
-                raise ValueError(f"{self.name}: slot {slot.index} is not acquired")
-            core.acquired.remove(slot.index)
-            core.free.append(slot.index)
-            core.cond.notify_all()
+        with self._core.cond:
+            if not self._core.closed:
+                self._core.give_back(slot.index)
 
     def lease(self, slot: Slot) -> np.ndarray:
         """Hand a filled slot to the consumer: a zero-copy view, or a copy if it kept all.
@@ -330,52 +182,23 @@ class SlotPool:
         core = self._core
         with core.cond:
             self._check_open("lease()")
-            if slot.index not in core.acquired:
-                raise ValueError(f"{self.name}: slot {slot.index} is not acquired")
-            while self._starves(len(core.leased) + 1) and self._can_grow():
-                self._grow(1)
-            if self._starves(len(core.leased) + 1):
-                copy = core.arrays[slot.index].copy()
-                core.acquired.remove(slot.index)
-                core.free.append(slot.index)
-                core.cond.notify_all()
-                self._copies += 1
-                if self._copies == 1:
-                    _log.warning(
-                        "edgeload: %s: the consumer keeps %d batches, every slot but the "
-                        "%d kept for producers and all max_bytes=%s allow; later batches "
-                        "are copies, not views. Drop batches sooner, or raise the prefetch "
-                        "budget",
-                        self.name,
-                        len(core.leased),
-                        self.reserve,
-                        self.max_bytes,
-                    )
-                return copy
-            view = self._view(slot.index)
-            base = view.base
-            if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
-                raise TypeError("slot view has no ndarray base")
-            core.acquired.remove(slot.index)
-            if core.guard is not None:
-                core.lease_streams[slot.index] = core.guard.consumer_stream()
-            core.leased[slot.index] = weakref.ref(base, Releaser(core, slot.index))
+            core.check_acquired(slot.index)
+            while self._starves() and self._store.grow_one():
+                pass
+            if self._starves():
+                return core.copy_out(slot.index, reserve=self.reserve, max_bytes=self.max_bytes)
+            view = self._store.view(slot.index)
+            core.lease(slot.index, view)
             return view
+
+    def _starves(self) -> bool:
+        """Whether one more lease would leave producers fewer than ``reserve`` slots."""
+        return self.count - len(self._core.leased) - 1 < self.reserve
 
     def stats(self) -> SlotStats:
         """Return a snapshot of the pool's slot counts."""
-        core = self._core
-        with core.cond:
-            return SlotStats(
-                count=self.count,
-                free=len(core.free),
-                acquired=len(core.acquired),
-                leased=len(core.leased),
-                copies=self._copies,
-                nbytes=self.count * self.slot_nbytes,
-                gpu_waits=self._gpu_waits,
-                retired=len(core.retired),
-            )
+        with self._core.cond:
+            return self._core.snapshot(nbytes=self.count * self.slot_nbytes)
 
     def close(self) -> None:
         """Free the slots and unlink shared memory; idempotent.
