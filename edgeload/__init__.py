@@ -6,9 +6,9 @@ from . import _floor  # noqa: F401
 from ._version import __version__
 from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
 from .checkpoint import load_state, save_state
-from .cuda.memory import as_cuda_tensor
 from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
 from .cuda.transfer import DeviceCopier
+from .cuda.zero_copy import as_cuda_tensor
 from .dataset.loader import DataLoader, get_worker_info
 from .errors import (
     ArgumentError,

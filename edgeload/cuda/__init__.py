@@ -5,9 +5,9 @@
 
 from .engine import CudaEngine
 from .host_engine import HostEngine
-from .memory import as_cuda_tensor
 from .status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
 from .transfer import DeviceCopier
+from .zero_copy import as_cuda_tensor
 
 __all__ = [
     "CudaDevice",

@@ -93,7 +93,7 @@ class PoolCore:
 
     With a ``guard`` (GPU memory modes), a slot the consumer drops is fenced on the
     consumer's stream before it goes back to ``free``; a free slot is handed out only
-    once its fence has completed (see edgeload.cuda.memory.SlotGuard).
+    once its fence has completed (see edgeload.cuda.gpu_use.SlotGuard).
     """
 
     def __init__(self, name: str) -> None:

@@ -123,7 +123,7 @@ class SlotStore:
         self._allocator: Allocator | None = None
         if mode in GPU_MEMORY_MODES and (engine is not None or mode not in _CUSTOM):
             from ..cuda.engine import default_engine
-            from ..cuda.memory import SlotGuard
+            from ..cuda.gpu_use import SlotGuard
 
             engine = engine if engine is not None else default_engine()
             self._allocator = _gpu(mode, engine)

@@ -1,8 +1,9 @@
 """The GPU-mode code paths on the host engine: streams, events, fences, views, slot reuse.
 
-Each test here runs the very code a CUDA machine runs (edgeload.cuda.memory, transfer,
-the slot pool's GPU guard); only the engine underneath is HostEngine, whose copies
-read their source when they run, not when they are queued, as a DMA engine does.
+Each test here runs the very code a CUDA machine runs (edgeload.cuda.memory, gpu_use,
+zero_copy, transfer, the slot pool's GPU guard); only the engine underneath is HostEngine,
+whose copies read their source when they run, not when they are queued, as a DMA engine
+does.
 """
 
 from __future__ import annotations
@@ -19,15 +20,11 @@ import pytest
 import torch
 
 from edgeload.cuda import _runtime as _cuda
+from edgeload.cuda.gpu_use import gpu_busy
 from edgeload.cuda.host_engine import HostEngine
-from edgeload.cuda.memory import (
-    allocate_gpu_array,
-    as_cuda_tensor,
-    cuda_array_interface,
-    gpu_busy,
-    memory_mode_of,
-)
+from edgeload.cuda.memory import allocate_gpu_array, memory_mode_of
 from edgeload.cuda.transfer import DeviceCopier
+from edgeload.cuda.zero_copy import as_cuda_tensor, cuda_array_interface
 from edgeload.errors import PlatformError
 from edgeload.pipeline.slots import SlotPool
 
@@ -245,11 +242,11 @@ def test_cudart_of_torchs_cuda_release_comes_before_another_mapped_one(tmp_path,
 def test_views_alive_at_interpreter_exit_make_no_events():
     """Defect 5: fences made in finalisers at exit fail once the runtime is torn down."""
     script = (
-        "import torch, edgeload.cuda.memory as m\n"
+        "import torch, edgeload.cuda.memory as m, edgeload.cuda.zero_copy as z\n"
         "from edgeload.cuda.host_engine import HostEngine\n"
         "e = HostEngine()\n"
         "flat = m.allocate_gpu_array('mapped', 4096, engine=e)\n"
-        "kept = m.as_cuda_tensor(flat[:16])\n"
+        "kept = z.as_cuda_tensor(flat[:16])\n"
         "e.new_event = None  # any event made from here on would raise\n"
     )
     done = subprocess.run(
