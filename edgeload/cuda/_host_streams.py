@@ -8,14 +8,15 @@ A :class:`HostStream` runs its work in order on a thread named
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..errors import WaitTimeout
 
-__all__ = ["WAIT_LIMIT_S", "HostEvent", "HostStream"]
+__all__ = ["WAIT_LIMIT_S", "HostEvent", "HostStream", "HostStreams"]
 
 _log = logging.getLogger(__name__)
 
@@ -108,3 +109,51 @@ class HostStream:
                     return False
                 self._cond.wait(left)
         return True
+
+
+class HostStreams:
+    """The host engine's streams: the legacy default one, those made since, and which
+    one each thread has current (``use``)."""
+
+    def __init__(self) -> None:
+        self.default = HostStream("default", legacy=True)
+        self._all = [self.default]
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def current(self) -> HostStream:
+        """The calling thread's current stream (the default one unless in ``use``)."""
+        stream: HostStream | None = getattr(self._local, "stream", None)
+        return stream if stream is not None else self.default
+
+    def new(self) -> HostStream:
+        with self._lock:
+            stream = HostStream(f"stream-{len(self._all)}")
+            self._all.append(stream)
+        return stream
+
+    @contextlib.contextmanager
+    def use(self, stream: HostStream) -> Iterator[HostStream]:
+        """Make ``stream`` the calling thread's current stream inside the block."""
+        before = getattr(self._local, "stream", None)
+        self._local.stream = stream
+        try:
+            yield stream
+        finally:
+            self._local.stream = before
+
+    def synchronize(self, timeout_s: float) -> None:
+        """Block until every stream has run what is queued on it."""
+        with self._lock:
+            streams = list(self._all)
+        for stream in streams:
+            stream.synchronize(timeout_s)
+
+    def close(self, timeout_s: float) -> None:
+        """Run what is queued and wait for the stream threads to exit."""
+        self.synchronize(timeout_s)
+        with self._lock:
+            streams = list(self._all)
+        for stream in streams:
+            if not stream.idle_thread(timeout_s):
+                _log.warning("edgeload: host engine stream %s still running", stream.name)

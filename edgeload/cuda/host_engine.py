@@ -14,41 +14,20 @@ Pass it to a loader as ``engine=HostEngine(...)`` with ``device="cuda"``.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import logging
-import mmap
 import threading
-import zlib
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
-
-import numpy as np
 
 from .._deps import require_torch
 from ..errors import PlatformError
 from ..vocabulary import GPU_MEMORY_MODES
-from ._host_streams import WAIT_LIMIT_S, HostEvent, HostStream
-from ._owner import SlotMemory, address_of, find_owner
-from .engine import CopyCounter, device_error, torch_device
+from ._host_device import HostDevice
+from ._host_streams import WAIT_LIMIT_S, HostEvent, HostStream, HostStreams
+from ._owner import SlotMemory
+from .engine import device_error, torch_device
 from .status import CudaStatus
 
 __all__ = ["HostEngine", "HostEvent", "HostStream"]
-
-_log = logging.getLogger(__name__)
-
-
-class _HostArrayInterface:
-    """What torch.as_tensor does with a ``__cuda_array_interface__``, on the CPU."""
-
-    def __init__(self, view: Any) -> None:
-        face = view.__cuda_array_interface__
-        if face["data"][1]:
-            # torch's own check (torch/csrc/utils/tensor_new.cpp): it has no read-only tensors.
-            raise TypeError("the read only flag is not supported, should always be False")
-        self._view = view  # the tensor keeps the view (and so the slot's lease) alive
-        self.__array_interface__ = {**face, "version": 3}
-        self.__array_interface__.pop("stream", None)
 
 
 class HostEngine:
@@ -77,13 +56,9 @@ class HostEngine:
         self.device_count = device_count
         self.modes = tuple(modes)
         self.concurrent_managed_access = concurrent_managed_access
-        self.default_stream = HostStream("default", legacy=True)
-        self._streams = [self.default_stream]
-        self._local = threading.local()
-        self._copies = CopyCounter()
-        self._lock = threading.Lock()
-        self._torn = 0
-        self._device_tensors: dict[int, Any] = {}
+        self._streams = HostStreams()
+        self.default_stream = self._streams.default
+        self._device = HostDevice()
 
     # -- what the slot code asks ------------------------------------------------------
 
@@ -108,38 +83,17 @@ class HostEngine:
 
     def allocate_slot_memory(self, mode: str, nbytes: int) -> SlotMemory:
         self.check_memory_mode(mode)
-        memory = mmap.mmap(-1, nbytes)
-        window = (ctypes.c_ubyte * nbytes).from_buffer(memory)
-        address = ctypes.addressof(window)
-        owner = SlotMemory(
-            self,
-            mode,
-            nbytes,
-            host_ptr=address,
-            device_ptr=0 if mode == "pinned" else address,
-            attach_per_stream=mode == "managed" and not self.concurrent_managed_access,
-        )
-        owner._keep = (memory, window)  # type: ignore[attr-defined]
-        return owner
+        per_stream = mode == "managed" and not self.concurrent_managed_access
+        return self._device.allocate(self, mode, nbytes, attach_per_stream=per_stream)
 
     def current_stream(self) -> HostStream:
-        stream: HostStream | None = getattr(self._local, "stream", None)
-        return stream if stream is not None else self.default_stream
+        return self._streams.current()
 
     def new_stream(self, device: Any = None) -> HostStream:
-        with self._lock:
-            stream = HostStream(f"stream-{len(self._streams)}")
-            self._streams.append(stream)
-        return stream
+        return self._streams.new()
 
-    @contextlib.contextmanager
-    def use_stream(self, stream: HostStream) -> Iterator[HostStream]:
-        before = getattr(self._local, "stream", None)
-        self._local.stream = stream
-        try:
-            yield stream
-        finally:
-            self._local.stream = before
+    def use_stream(self, stream: HostStream) -> AbstractContextManager[HostStream]:
+        return self._streams.use(stream)
 
     def new_event(self) -> HostEvent:
         return HostEvent()
@@ -156,72 +110,28 @@ class HostEngine:
         stream.submit(0.0, lambda: setattr(owner, "attached", mode))
 
     def view(self, interface: Any, device: Any) -> Any:
-        torch = require_torch()
-        tensor = torch.from_numpy(np.asarray(_HostArrayInterface(interface)))
-        self._mark_device(tensor)
-        return tensor
+        return self._device.view(interface)
 
     def to_device(self, tensor: Any, device: Any, *, non_blocking: bool) -> Any:
         if self.is_device_tensor(tensor):
             return tensor
-        torch = require_torch()
-        source = tensor.contiguous()
-        target = torch.empty_like(source)
-        self._mark_device(target)
-        stream = self.current_stream()
-        out = target.view(torch.uint8).numpy().reshape(-1) if source.nbytes else None
-        owner = find_owner(source)
-        if owner is not None and non_blocking:
-            self._copies.add("h2d_async")
-            address, nbytes = address_of(source), source.nbytes
-            window = _window(address, nbytes)
-            expected = zlib.crc32(window.tobytes())
-
-            # The queued copy keeps the allocation mapped (``keep``), not the slot's lease.
-            def copy(keep: SlotMemory = owner) -> None:
-                # Reads the slot now, not when queued: a rewrite in between is caught.
-                bytes_now = _window(address, nbytes)
-                if zlib.crc32(bytes_now.tobytes()) != expected:
-                    with self._lock:
-                        self._torn += 1
-                if out is not None:
-                    out[:] = bytes_now
-
-            stream.submit(self.copy_delay_s, copy)
-        else:
-            self._copies.add("h2d_pageable")
-            staged = source.view(torch.uint8).numpy().reshape(-1).copy() if source.nbytes else None
-
-            def land() -> None:
-                if out is not None and staged is not None:
-                    out[:] = staged
-
-            stream.submit(self.copy_delay_s, land)
-            if not non_blocking:
-                stream.synchronize()
-        return target
+        return self._device.copy_in(
+            tensor, self.current_stream(), delay_s=self.copy_delay_s, async_=non_blocking
+        )
 
     def pin(self, tensor: Any) -> Any:
-        torch = require_torch()
-        self._copies.add("pin")
-        source = tensor.contiguous()
-        owner = self.allocate_slot_memory("pinned", max(1, source.nbytes))
-        flat = torch.from_numpy(np.asarray(owner)[: source.nbytes])
-        pinned = flat.view(source.dtype).reshape(source.shape)
-        pinned.copy_(source)
-        return pinned
+        self.check_memory_mode("pinned")
+        return self._device.pin(self, tensor)
 
     def is_device_tensor(self, value: Any) -> bool:
-        with self._lock:
-            held = self._device_tensors.get(id(value))
-        return held is not None and held() is value
+        return self._device.holds(value)
 
     def record_stream(self, tensor: Any, stream: Any) -> None:
         """Nothing to do: the host engine's device memory is ordinary, reference-held memory."""
 
     def copies(self) -> dict[str, int]:
         """Full copies made through this engine, by kind (see engine.COPY_KINDS)."""
-        return self._copies.snapshot()
+        return self._device.copies.snapshot()
 
     # -- what tests ask -----------------------------------------------------------------
 
@@ -250,64 +160,23 @@ class HostEngine:
         Like a real kernel it keeps slot memory mapped but not the slot's lease: drop
         ``tensor`` at once and the slot pool's fence is all that protects the bytes.
         """
-        torch = require_torch()
-        out = torch.empty_like(tensor)
-        owner = find_owner(tensor)
-        address, nbytes = address_of(tensor), int(tensor.nbytes)
-        flat = out.view(torch.uint8).numpy().reshape(-1) if nbytes else None
-        keep: Any = owner if owner is not None else tensor
-
-        def read(keep: Any = keep) -> None:
-            if flat is not None:
-                flat[:] = _window(address, nbytes)
-
-        (stream or self.current_stream()).submit(self.copy_delay_s, read)
-        return out
+        stream = stream or self.current_stream()
+        return self._device.read_later(tensor, stream, delay_s=self.copy_delay_s)
 
     def synchronize(self, timeout_s: float = WAIT_LIMIT_S) -> None:
         """Block until every stream has run what is queued on it."""
-        with self._lock:
-            streams = list(self._streams)
-        for stream in streams:
-            stream.synchronize(timeout_s)
+        self._streams.synchronize(timeout_s)
 
     def stats(self) -> dict[str, int]:
         """Copies by kind, and ``torn_copies``: async copies whose source changed while queued."""
-        with self._lock:
-            torn = self._torn
-        return {**self.copies(), "torn_copies": torn}
+        return {**self.copies(), "torn_copies": self._device.torn_copies()}
 
     def close(self, timeout_s: float = WAIT_LIMIT_S) -> None:
         """Run what is queued and wait for the stream threads to exit."""
-        self.synchronize(timeout_s)
-        with self._lock:
-            streams = list(self._streams)
-        for stream in streams:
-            if not stream.idle_thread(timeout_s):
-                _log.warning("edgeload: host engine stream %s still running", stream.name)
+        self._streams.close(timeout_s)
 
     def __enter__(self) -> HostEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _mark_device(self, tensor: Any) -> None:
-        import weakref
-
-        key = id(tensor)
-
-        def forget(_ref: object) -> None:
-            with self._lock:
-                if self._device_tensors.get(key) is ref:
-                    del self._device_tensors[key]
-
-        ref = weakref.ref(tensor, forget)
-        with self._lock:
-            self._device_tensors[key] = ref
-
-
-def _window(address: int | None, nbytes: int) -> np.ndarray[Any, Any]:
-    if not nbytes or address is None:
-        return np.zeros(0, np.uint8)
-    return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(address)).copy()
