@@ -1,45 +1,36 @@
 """From a stream's decoded frames to the consumer's :class:`Batch`: the per-stream glue.
 
-A :class:`StreamEntry` is one stream inside a loader: its source, its frame writer,
-its reader thread and what the consumer has received from it.  ``make_sink`` joins a
-reader to the assembler; ``build_batch`` turns a shipped slot into a :class:`Batch`
-and counts it in the loader's :class:`~edgeload.video.stats.Telemetry`;
-``raise_failures`` reports the streams that ended with an error.
+``reader_for`` makes a stream's reader, with the sink (``make_sink``) that joins it
+to the assembler.  On the consumer's side, :class:`Delivery` waits for the next
+shipped slot, reports the streams that ended with an error (``raise_failures``) and
+turns the slot into a :class:`Batch` (``build_batch``), counted in the loader's
+:class:`~edgeload.video.stats.Telemetry`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from .._deps import require_torch
 from ..errors import SourceError
+from ..pipeline.prefetch import END
 from ._frame_loop import Sink
+from ._mux import Mux
+from ._stream_table import StreamEntry, StreamTable
 from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
+from .demand import Demand
 from .reader import StreamReader
-from .resize import FrameWriter
-from .source import FrameInfo, VideoSource
+from .source import FrameInfo
 from .stats import Telemetry
 
 _log = logging.getLogger("edgeload")
-
-
-class StreamEntry:
-    """One stream of a loader and what its consumer has received from it."""
-
-    def __init__(self, sid: int, source: VideoSource, writer: FrameWriter) -> None:
-        self.sid, self.source, self.writer = sid, source, writer
-        self.reader: StreamReader | None = None
-        self.target: Any = None
-        self.last_seq = -1  # the last seq the consumer received (resume starts after it)
-        self.delivered = 0
-        self.drops = 0
-        self.error_reported = False
 
 
 def make_sink(asm: Assembler, stream: StreamEntry, running: Callable[[], bool]) -> Sink:
@@ -62,6 +53,72 @@ def make_sink(asm: Assembler, stream: StreamEntry, running: Callable[[], bool]) 
     return sink
 
 
+def reader_for(
+    stream: StreamEntry,
+    gate: list[threading.Event],
+    *,
+    asm: Assembler,
+    running: Callable[[], bool],
+    ffmpeg_threads: int,
+    demand: Demand | None,
+) -> StreamReader:
+    """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
+    frame the consumer received, and only a network source waits for ``gate``."""
+    src = stream.source
+    return StreamReader(
+        src, stream.target,
+        stream_id=stream.sid, sink=make_sink(asm, stream, running),
+        ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
+        gate=gate if src.network else None,
+        wants=demand.wants if demand is not None and src.policy == "latest" else None,
+    )  # fmt: skip
+
+
+class Delivery:
+    """The consumer's side of a loader: the next batch, failed streams, the telemetry.
+
+    Args:
+        table: the loader's streams. mux: where shipped batches come from.
+        copier: brings batches to the device (None: they stay on the CPU).
+        raise_errors: a failed stream raises SourceError (else it is logged).
+        timeout_s: most seconds to wait for a batch.
+    """
+
+    def __init__(
+        self, table: StreamTable, mux: Mux, *, copier: Any, raise_errors: bool, timeout_s: float
+    ) -> None:
+        self._table, self._mux, self._copier = table, mux, copier
+        self._raise_errors, self._timeout_s = raise_errors, timeout_s
+        self.telemetry = Telemetry()
+
+    def next_batch(self) -> Batch:
+        """The next batch for the consumer.
+
+        Raises:
+            StopIteration: every stream is done, or the loader closed.
+            SourceError: a stream failed and ``raise_errors`` is set.
+            WorkerTimeout: no batch within ``timeout_s``.
+        """
+        demand = self._mux.demand
+        if demand is not None:
+            demand.asked()
+        item = self._mux.next_sealed(self._timeout_s, check=self.raise_failures,
+                                     phases=self._table.phases)  # fmt: skip
+        if item is None:
+            raise StopIteration
+        if item is END:
+            self.raise_failures()
+            raise StopIteration
+        batch = build_batch(item, self._table.get, self.telemetry, self._copier)
+        if demand is not None:
+            demand.taken()
+        return batch
+
+    def raise_failures(self) -> None:
+        """Report each stream that ended with an error, once."""
+        raise_failures(self._table.entries(), raise_=self._raise_errors)
+
+
 def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
     """Report each stream that ended with an error once: raise SourceError, or log it."""
     for stream in streams:
@@ -75,21 +132,6 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         if raise_:
             raise SourceError(message, source=stream.source.uri)
         _log.warning("edgeload: %s", message)
-
-
-def check_slot_mode(mode: str, engine: Any) -> None:
-    """Raise unless ``mode`` (an explicit memory mode) works here.
-
-    Raises:
-        ProfileError: not a memory mode. PlatformError: the mode needs what this
-            machine lacks; the message names the mode that would work.
-    """
-    from ..cuda.status import MEMORY_MODES, check_memory_mode
-
-    if engine is None or mode not in MEMORY_MODES:
-        check_memory_mode(mode)
-    else:
-        engine.check_memory_mode(mode)
 
 
 def device_copier(device: Any, engine: Any) -> Any:
@@ -110,7 +152,7 @@ def device_copier(device: Any, engine: Any) -> Any:
 
 def build_batch(
     sealed: Sealed,
-    streams: Mapping[int, StreamEntry],
+    streams: Callable[[int], StreamEntry | None],
     telemetry: Telemetry,
     copier: Any,
 ) -> Batch:
@@ -140,7 +182,7 @@ def build_batch(
             metas.append(None)
             continue
         sid, seq = int(sealed.stream_id[place]), int(sealed.seq[place])
-        stream = streams.get(sid)
+        stream = streams(sid)
         gap = 0
         if stream is not None:
             gap = seq - stream.last_seq - 1 if seq > stream.last_seq else 0

@@ -1,28 +1,20 @@
-"""What a :class:`~edgeload.video.streams.StreamLoader` reports and saves.
+"""What a :class:`~edgeload.video.streams.StreamLoader` reports.
 
 ``stats()`` is for people and dashboards: per stream state, rates, drops, reconnects,
 the last error and the exact pipeline OpenCV opened; for the loader the batch rate,
-queue depth, frame age percentiles and bytes held.  ``state_dict()`` is for resume:
-each file stream's next frame index, as plain ints and strings.
+queue depth, frame age percentiles and bytes held.  What it saves for resume is in
+:mod:`edgeload.video._resume`.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .._compat import zip_strict
-from ..checkpoint import KEY_VERSION, check_version
 from ..measure import percentile
 from ._ffmpeg import rtsp_transport_used
-
-STATE_VERSION = 1
-
-KEY_STREAMS = "streams"
-KEY_URI = "uri"
-KEY_FRAME = "frame"
 
 
 class Telemetry:
@@ -104,25 +96,27 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
 def loader_stats(
     streams: Sequence[Any],
     telemetry: Telemetry,
-    prefetch: Any,
-    assembler: Any,
-    settings: dict[str, Any],
+    mux: Any,
+    *,
+    deadline_ms: float,
+    memory: tuple[str, str],
+    plan: Any,
 ) -> dict[str, Any]:
     """The numbers behind ``StreamLoader.stats()``, from the loader's parts.
 
-    ``settings`` carries the loader's own: ``deadline_ms``, ``memory_mode``,
-    ``memory_mode_reason`` and ``plan`` (its description).
+    ``mux`` holds the prefetcher and the assembler; ``memory`` is the slot memory mode
+    and the reason for it; ``plan`` the loader's plan.
     """
     report = telemetry.report()
-    pre = prefetch.stats()
-    pools = [p.stats() for p in assembler.pools() if not p.closed]
+    pre = mux.prefetch.stats()
+    pools = [p.stats() for p in mux.assembler.pools() if not p.closed]
     slot_bytes = sum(p.nbytes for p in pools)
     return {
         "batches": report["batches"],
         "batch_rate": report["batch_rate"],
         "queue_depth": pre.depth,
         "queue_drops": pre.drops,
-        "slot_misses": assembler.slot_misses,
+        "slot_misses": mux.assembler.slot_misses,
         "frame_age_ms": report["frame_age_ms"],
         "frame_age_from": sorted(
             {s.reader.frame_loop.age_from for s in streams if s.reader is not None}
@@ -132,32 +126,9 @@ def loader_stats(
         "slot_bytes": slot_bytes,
         "slot_copies": sum(p.copies for p in pools),
         "slot_gpu_waits": sum(p.gpu_waits for p in pools),
-        **settings,
+        "deadline_ms": deadline_ms,
+        "memory_mode": memory[0],
+        "memory_mode_reason": memory[1],
+        "plan": plan.describe(),
         "streams": [_stream_stats(s) for s in streams],
     }
-
-
-def loader_state(streams: Iterable[Any]) -> dict[str, Any]:
-    """The numbers behind ``StreamLoader.state_dict()``."""
-    return {
-        KEY_VERSION: STATE_VERSION,
-        KEY_STREAMS: [
-            {KEY_URI: str(s.source.uri), KEY_FRAME: s.last_seq + 1}
-            for s in streams
-            if s.source.kind == "file"
-        ],
-    }
-
-
-def load_loader_state(streams: Iterable[Any], state: dict[str, Any]) -> None:
-    """The work behind ``StreamLoader.load_state_dict()``: each file stream resumes."""
-    check_version(state, "StreamLoader", STATE_VERSION)
-    files = [s for s in streams if s.source.kind == "file"]
-    saved = state.get(KEY_STREAMS, [])
-    if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
-        raise ValueError(
-            f"StreamLoader state is for files {[e[KEY_URI] for e in saved]}, this loader has "
-            f"{[str(s.source.uri) for s in files]}; give the same file sources in the same order"
-        )
-    for stream, entry in zip_strict(files, saved):
-        stream.last_seq = int(entry[KEY_FRAME]) - 1

@@ -42,3 +42,13 @@ def test_an_explicit_decode_backend_that_is_missing_raises_from_the_constructor(
     with pytest.raises(SourceError, match="GStreamer"):
         StreamLoader([VideoSource(small, backend="gstreamer")], size=(80, 60))
     assert _video_threads() == []
+
+
+@pytest.mark.skipif(opencv_has("gstreamer"), reason="this OpenCV can decode with GStreamer")
+def test_add_refuses_a_source_this_machine_cannot_open_and_keeps_the_others(small):
+    with StreamLoader([small], size=(80, 60)) as loader:
+        with pytest.raises(SourceError, match="GStreamer"):
+            loader.add(VideoSource(small, backend="gstreamer"))
+        # the refused source never entered the loader: stats() lists only the first
+        assert [s["id"] for s in loader.stats()["streams"]] == [0]
+    assert _video_threads() == []

@@ -1,0 +1,129 @@
+"""The batching side of a StreamLoader: slot pools, the mux thread, the prefetch queue.
+
+The :class:`~edgeload.video.assembler.Assembler` places the readers' frames into batch
+slots; its loop runs in the mux thread (``edgeload-video-mux``) and ships each batch
+into a bounded :class:`~edgeload.pipeline.prefetch.Prefetcher`, which the consumer's
+``next()`` reads.  With every stream ``latest`` the queue holds one batch (a newer one
+replaces it) and :class:`~edgeload.video.demand.Demand` lets the readers skip frames
+no batch will ship.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ClosedError, WorkerTimeout
+from ..pipeline.lifecycle import POLL_INTERVAL_S
+from ..pipeline.prefetch import Prefetcher
+from ..pipeline.slots import SlotPool
+from .assembler import MAX_OPEN, Assembler, Sealed
+from .demand import Demand
+
+
+def _give_back(sealed: Sealed) -> None:
+    sealed.pool.release(sealed.slot)
+
+
+class Mux:
+    """A loader's assembler, its thread and the queue between it and the consumer.
+
+    Args:
+        slot_shape: the array shape of a slot with ``n`` places.
+        batch: a fixed batch size, or None for one place per stream.
+        deadline_s: ship a partial batch this long after its first frame.
+        all_latest: every stream is ``latest`` (a one-batch queue that keeps the newest).
+        slot_count: the plan's slot count (the queue is two shorter).
+        memory_mode: the slots' memory mode. engine: the GPU engine behind it.
+        active: the ids of the streams still delivering. tick: the watchdog.
+    """
+
+    def __init__(
+        self,
+        *,
+        slot_shape: Callable[[int], tuple[int, ...]],
+        batch: int | None,
+        deadline_s: float,
+        all_latest: bool,
+        slot_count: int,
+        memory_mode: str,
+        engine: Any,
+        active: Callable[[], list[int]],
+        tick: Callable[[], None],
+    ) -> None:
+        self._slot_shape, self._mode, self._engine = slot_shape, memory_mode, engine
+        self.depth = 1 if all_latest else max(1, slot_count - 2)
+        self.prefetch: Prefetcher[Sealed] = Prefetcher(
+            max_items=self.depth,
+            policy="latest" if all_latest else "block",
+            on_drop=_give_back,
+            name="StreamLoader prefetch",
+        )
+        prefetch = self.prefetch
+        # Only when every stream is ``latest`` can a frame be known not to ship.
+        self.demand = Demand(lambda: prefetch.stats().depth) if all_latest else None
+        self.assembler = Assembler(self._make_pool, batch=batch, deadline_s=deadline_s,
+                                   prefetcher=prefetch, active=active, tick=tick)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.assembler.run, name="edgeload-video-mux", daemon=True
+        )
+        self._released = False
+
+    def _make_pool(self, places: int) -> SlotPool:
+        if self._released:  # a reader that outlived close() makes no new memory
+            raise ClosedError("StreamLoader: closed; no new batch slots")
+        # Prefetched + the open ones + one being shipped + two the consumer may hold.
+        count = self.depth + MAX_OPEN + 3
+        return SlotPool(self._slot_shape(places), np.uint8, count=count,
+                        mode=self._mode,  # type: ignore[arg-type]
+                        name="StreamLoader slots", engine=self._engine)  # fmt: skip
+
+    def start(self) -> None:
+        """Start the mux thread."""
+        self._thread.start()
+
+    def next_sealed(
+        self, timeout_s: float, *, check: Callable[[], None], phases: Callable[[], Any]
+    ) -> Any:
+        """The next shipped batch, ``prefetch.END`` when every stream is done, or None once closed.
+
+        ``check`` runs each poll (it raises a failed stream's error); ``phases`` names
+        each stream's phase in the timeout error.
+
+        Raises:
+            WorkerTimeout: no batch within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            check()
+            try:
+                return self.prefetch.get(timeout_s=POLL_INTERVAL_S)
+            except ClosedError:
+                return None
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise WorkerTimeout(
+                        f"StreamLoader: no batch within timeout_s={timeout_s} s; stream "
+                        f"states {phases()}; see stats() for errors, or raise timeout_s=",
+                        worker="edgeload-video-mux",
+                    ) from None
+
+    def stop(self) -> None:
+        """Make the mux loop and the readers' waiting claims return within a poll."""
+        self.assembler.stop()
+
+    def threads(self) -> list[threading.Thread]:
+        """The mux thread, once started (to join)."""
+        return [self._thread] if self._thread.ident else []
+
+    def release(self) -> None:
+        """After the threads are joined: give back queued batches, close queue and pools."""
+        self._released = True
+        for sealed in self.prefetch.drain():
+            _give_back(sealed)
+        self.prefetch.close()
+        for pool in self.assembler.pools():
+            pool.close()
