@@ -2,7 +2,7 @@
 
 The open batch is a :class:`~edgeload.pipeline.slots.SlotPool` slot.  A stream thread
 ``claim``s a place (its own, or with a fixed batch size, any free place within its
-fair share), writes its frame there outside the lock, then ``commit``s.  The mux
+fair share: the rules are in :mod:`edgeload.video._placement`), writes its frame there outside the lock, then ``commit``s.  The mux
 thread (:meth:`Assembler.run`) ships the batch to the
 :class:`~edgeload.pipeline.prefetch.Prefetcher` when every active stream has filled its place,
 or when the deadline since its first frame passes: then it ships partial, with a
@@ -16,58 +16,21 @@ the next batch (back-pressure down to the reader, and so to the file).
 from __future__ import annotations
 
 import collections
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..errors import ClosedError
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
-from ..pipeline.slots import Slot, SlotPool
+from ..pipeline.slots import SlotPool
+from ._placement import OpenBatch, Placement, Sealed
 from .source import FrameInfo
+
+__all__ = ["MAX_OPEN", "Assembler", "OpenBatch", "Sealed"]
 
 MAX_OPEN = 3
 """Most batches open at once (``every`` streams fill ahead up to this)."""
-
-
-@dataclass
-class Sealed:
-    """A shipped batch: its slot and per-place metadata, on its way to the consumer."""
-
-    pool: SlotPool
-    slot: Slot
-    valid: np.ndarray
-    stream_id: np.ndarray
-    seq: np.ndarray
-    pts_ms: np.ndarray
-    captured_at: np.ndarray
-
-
-@dataclass
-class _Open:
-    pool: SlotPool
-    slot: Slot
-    size: int
-    opened_at: float = 0.0
-    writing: int = 0
-    sealing: bool = False
-    meta: Sealed = field(init=False)
-
-    def __post_init__(self) -> None:
-        n = self.size
-        self.meta = Sealed(
-            self.pool,
-            self.slot,
-            np.zeros(n, bool),
-            np.full(n, -1, np.int64),
-            np.full(n, -1, np.int64),
-            np.zeros(n, np.float64),
-            np.zeros(n, np.float64),
-        )
 
 
 class Assembler:
@@ -94,7 +57,7 @@ class Assembler:
         tick: Callable[[], None] = lambda: None,
     ) -> None:
         self._make_pool = make_pool
-        self._fixed = batch
+        self._rules = Placement(batch, active)
         self.deadline_s = deadline_s
         self._prefetch = prefetcher
         self._active = active
@@ -103,16 +66,15 @@ class Assembler:
         self._stop = threading.Event()
         # Open batches in shipping order. ``every`` streams may run ahead into later
         # ones, so one stream's slow frame does not idle the others' decode threads.
-        self._opens: collections.deque[_Open] = collections.deque()
+        self._opens: collections.deque[OpenBatch] = collections.deque()
         self._pools: dict[int, SlotPool] = {}
-        self._places: dict[int, int] = {}  # stream id -> place (one place per stream)
         self.slot_misses = 0  # latest frames dropped because no slot was free
         self.batches = 0
 
     def set_streams(self, stream_ids: list[int]) -> None:
         """Give each stream its place (one place per stream); the next batch uses them."""
         with self._cond:
-            self._places = {sid: i for i, sid in enumerate(stream_ids)}
+            self._rules.places = {sid: i for i, sid in enumerate(stream_ids)}
             self._cond.notify_all()
 
     def pools(self) -> list[SlotPool]:
@@ -120,12 +82,9 @@ class Assembler:
         with self._cond:
             return list(self._pools.values())
 
-    def _size(self) -> int:
-        return self._fixed or max(1, len(self._places))
-
-    def _new_open(self) -> _Open | None:
+    def _new_open(self) -> OpenBatch | None:
         """Open a batch on a fresh slot (cond held, never waits); None if none is free."""
-        size = self._size()
+        size = self._rules.size()
         pool = self._pools.get(size)
         if pool is None:
             pool = self._pools[size] = self._make_pool(size)
@@ -133,37 +92,19 @@ class Assembler:
             slot = pool.acquire(timeout_s=0)
         except (TimeoutError, ClosedError):
             return None
-        return _Open(pool, slot, size, opened_at=time.monotonic())
+        return OpenBatch(pool, slot, size, opened_at=time.monotonic())
 
-    def _place(self, batch: _Open, stream_id: int, latest: bool) -> int | None:
-        """A place for ``stream_id`` in ``batch``, or None if it must wait (cond held)."""
-        meta = batch.meta
-        if self._fixed is None:
-            place = self._places.get(stream_id)
-            if place is None or place >= batch.size:
-                return None
-            return place if latest or meta.stream_id[place] < 0 else None
-        free = np.flatnonzero(meta.stream_id < 0)
-        if not latest:
-            # ``every`` streams deliver all their frames anyway: first come, first placed,
-            # so a fast file never waits for a slow one (order per stream still holds).
-            return int(free[0]) if len(free) else None
-        # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
-        mine = np.flatnonzero(meta.stream_id == stream_id)
-        if len(free) and len(mine) < math.ceil(batch.size / max(1, len(self._active()))):
-            return int(free[0])
-        return int(mine[-1]) if len(mine) else None
-
-    def claim(self, stream_id: int, *, latest: bool) -> tuple[_Open, int] | None:
+    def claim(self, stream_id: int, *, latest: bool) -> tuple[OpenBatch, int] | None:
         """Reserve a place for a frame of ``stream_id``: ``(batch, place)``, or None to drop it.
 
         ``latest`` takes a free place in the newest open batch, else overwrites its own
         frame there (never waits); ``every`` takes the first free place in any open
-        batch (with a fixed batch size: any free place, first come), opens another (up to ``MAX_OPEN``), or waits for room.
+        batch (with a fixed batch size: any free place, first come), opens another (up
+        to ``MAX_OPEN``), or waits for room.
         """
         with self._cond:
             while not self._stop.is_set():
-                found = self._find(stream_id, latest)
+                found = self._rules.find(self._opens, stream_id, latest)
                 if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
                         not latest or self._opens[-1].sealing))):  # fmt: skip
                     fresh = self._new_open()
@@ -183,22 +124,7 @@ class Assembler:
                 self._cond.wait(POLL_INTERVAL_S)
         return None
 
-    def _find(self, stream_id: int, latest: bool) -> tuple[_Open, int] | None:
-        """Where a frame of ``stream_id`` goes now, or None (cond held)."""
-        if latest:
-            batch = self._opens[-1] if self._opens else None
-            if batch is None or batch.sealing:
-                return None
-            place = self._place(batch, stream_id, latest=True)
-            return None if place is None else (batch, place)
-        for batch in self._opens:
-            if not batch.sealing:
-                place = self._place(batch, stream_id, latest=False)
-                if place is not None:
-                    return batch, place
-        return None
-
-    def commit(self, batch: _Open, place: int, info: FrameInfo | None) -> None:
+    def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""
         with self._cond:
             meta = batch.meta
@@ -211,15 +137,8 @@ class Assembler:
                 meta.pts_ms[place] = info.pts_ms
                 meta.captured_at[place] = info.captured_at
             # Wake the mux only when it may act: waking it for every frame costs CPU.
-            if info is None or batch.sealing or self._fixed is None or meta.valid.all():
+            if info is None or batch.sealing or self._rules.fixed is None or meta.valid.all():
                 self._cond.notify_all()
-
-    def _full(self, batch: _Open) -> bool:
-        meta = batch.meta
-        if self._fixed is not None:
-            return bool(meta.valid.all())
-        active = [self._places[s] for s in self._active() if s in self._places]
-        return bool(active) and all(p < batch.size and meta.valid[p] for p in active)
 
     def stop(self) -> None:
         """Make ``run`` and waiting ``claim`` calls return soon."""
@@ -238,7 +157,7 @@ class Assembler:
                     self._cond.wait(POLL_INTERVAL_S)
                     continue
                 due = batch.opened_at + self.deadline_s
-                if not (done or self._full(batch) or time.monotonic() >= due):
+                if not (done or self._rules.full(batch) or time.monotonic() >= due):
                     self._cond.wait(min(POLL_INTERVAL_S, max(0.0, due - time.monotonic())))
                     continue
                 batch.sealing = True

@@ -1,0 +1,119 @@
+"""Where a stream's frame goes among a loader's open batches.
+
+Two rules, one per batch shape.  Without a fixed batch size each stream owns one
+place (its index among the streams).  With one, ``every`` streams take the first
+free place (first come, first placed), and ``latest`` streams share a batch fairly:
+at most their share of the places each, then they overwrite their own newest frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..pipeline.slots import Slot, SlotPool
+
+
+@dataclass
+class Sealed:
+    """A shipped batch: its slot and per-place metadata, on its way to the consumer."""
+
+    pool: SlotPool
+    slot: Slot
+    valid: np.ndarray
+    stream_id: np.ndarray
+    seq: np.ndarray
+    pts_ms: np.ndarray
+    captured_at: np.ndarray
+
+
+@dataclass
+class OpenBatch:
+    """A batch being filled: its slot, and the places being written right now."""
+
+    pool: SlotPool
+    slot: Slot
+    size: int
+    opened_at: float = 0.0
+    writing: int = 0
+    """Places claimed and not yet committed: the batch ships only when this is 0."""
+    sealing: bool = False
+    """The mux is shipping it: no new claims."""
+    meta: Sealed = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = self.size
+        self.meta = Sealed(
+            self.pool,
+            self.slot,
+            np.zeros(n, bool),
+            np.full(n, -1, np.int64),
+            np.full(n, -1, np.int64),
+            np.zeros(n, np.float64),
+            np.zeros(n, np.float64),
+        )
+
+
+class Placement:
+    """The placement rules for one loader (called with the assembler's lock held).
+
+    Args:
+        fixed: a fixed batch size, or None for one place per stream.
+        active: the ids of the streams still delivering, in place order.
+    """
+
+    def __init__(self, fixed: int | None, active: Callable[[], list[int]]) -> None:
+        self.fixed = fixed
+        self.active = active
+        self.places: dict[int, int] = {}  # stream id -> place (one place per stream)
+
+    def size(self) -> int:
+        """The places of the next batch."""
+        return self.fixed or max(1, len(self.places))
+
+    def find(
+        self, opens: Sequence[OpenBatch], stream_id: int, latest: bool
+    ) -> tuple[OpenBatch, int] | None:
+        """Where a frame of ``stream_id`` goes now, or None: ``latest`` looks only in
+        the newest open batch, ``every`` in each open batch in shipping order."""
+        if latest:
+            newest = opens[-1] if opens else None
+            if newest is None or newest.sealing:
+                return None
+            place = self._place(newest, stream_id, latest=True)
+            return None if place is None else (newest, place)
+        for batch in opens:
+            if not batch.sealing:
+                place = self._place(batch, stream_id, latest=False)
+                if place is not None:
+                    return batch, place
+        return None
+
+    def _place(self, batch: OpenBatch, stream_id: int, latest: bool) -> int | None:
+        meta = batch.meta
+        if self.fixed is None:
+            place = self.places.get(stream_id)
+            if place is None or place >= batch.size:
+                return None
+            return place if latest or meta.stream_id[place] < 0 else None
+        free = np.flatnonzero(meta.stream_id < 0)
+        if not latest:
+            # ``every`` streams deliver all their frames anyway: first come, first placed,
+            # so a fast file never waits for a slow one (order per stream still holds).
+            return int(free[0]) if len(free) else None
+        # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
+        mine = np.flatnonzero(meta.stream_id == stream_id)
+        if len(free) and len(mine) < math.ceil(batch.size / max(1, len(self.active()))):
+            return int(free[0])
+        return int(mine[-1]) if len(mine) else None
+
+    def full(self, batch: OpenBatch) -> bool:
+        """Whether every place the batch waits for holds a frame."""
+        meta = batch.meta
+        if self.fixed is not None:
+            return bool(meta.valid.all())
+        active = [self.places[s] for s in self.active() if s in self.places]
+        return bool(active) and all(p < batch.size and meta.valid[p] for p in active)

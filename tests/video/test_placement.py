@@ -1,0 +1,88 @@
+"""Where frames go in an open batch: the fixed-size and one-place-per-stream rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgeload.pipeline.slots import SlotPool
+from edgeload.video._placement import OpenBatch, Placement
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SlotPool((8, 2, 2, 3), np.uint8, count=2) as p:
+        yield p
+
+
+def _open(pool, size):
+    slot = pool.acquire(timeout_s=1)
+    return OpenBatch(pool, slot, size)
+
+
+def _claim(rules, batch, sid, latest):
+    found = rules.find([batch], sid, latest)
+    if found is not None:
+        batch.meta.stream_id[found[1]] = sid
+    return found
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 8),
+    streams=st.integers(1, 5),
+    order=st.lists(st.integers(0, 4), max_size=40),
+)
+def test_latest_streams_never_take_more_than_their_share_of_a_fixed_batch(
+    pool, size, streams, order
+):
+    rules = Placement(size, active=lambda: list(range(streams)))
+    batch = _open(pool, size)
+    try:
+        share = math.ceil(size / streams)
+        for sid in (s % streams for s in order):
+            held_before = int((batch.meta.stream_id == sid).sum())
+            free_before = int((batch.meta.stream_id < 0).sum())
+            found = _claim(rules, batch, sid, latest=True)
+            held = int((batch.meta.stream_id == sid).sum())
+            assert held <= share
+            if held_before or (free_before and held_before < share):
+                assert found is not None  # a latest frame always lands while it may
+            else:
+                assert found is None
+    finally:
+        pool.release(batch.slot)
+
+
+def test_every_streams_fill_a_fixed_batch_first_come_then_wait(pool):
+    rules = Placement(3, active=lambda: [0, 1])
+    batch = _open(pool, 3)
+    try:
+        got = [_claim(rules, batch, sid, latest=False) for sid in (1, 1, 0, 0)]
+        assert [g[1] if g else None for g in got] == [0, 1, 2, None]
+        batch.meta.valid[:] = True
+        assert rules.full(batch)
+    finally:
+        pool.release(batch.slot)
+
+
+def test_one_place_per_stream_follows_the_stream_order(pool):
+    rules = Placement(None, active=lambda: [7, 3])
+    rules.places = {7: 0, 3: 1}
+    assert rules.size() == 2
+    batch = _open(pool, 2)
+    try:
+        assert _claim(rules, batch, 3, latest=False)[1] == 1
+        assert _claim(rules, batch, 3, latest=False) is None  # every: waits for the next
+        assert _claim(rules, batch, 3, latest=True)[1] == 1  # latest: overwrites its own
+        assert _claim(rules, batch, 9, latest=True) is None  # removed: no place
+        batch.meta.valid[1] = True
+        assert not rules.full(batch)  # stream 7 is active and has not delivered
+        batch.meta.valid[0] = True
+        assert rules.full(batch)
+    finally:
+        pool.release(batch.slot)
