@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._cutoff import GuardedCapture, StallGuard
+from ._fault import StreamFault
 from ._frame_loop import FrameLoop
 from .capture import Target, open_capture
 from .source import SourceState, VideoSource
@@ -49,12 +50,12 @@ class Connection:
         self.opened = threading.Event()  # first open attempt finished (either way)
         self.attempts = 0
         self.reconnects = 0
-        self.last_error: str | None = None
+        self.last_error: StreamFault | None = None
         self.retry_at: float | None = None
 
-    def report(self, error: str) -> None:
-        """Record ``error`` as the stream's latest."""
-        self.last_error = error
+    def report(self, message: str) -> None:
+        """Record a fault seen without an exception as the stream's latest."""
+        self.last_error = StreamFault.seen(message)
 
     def run(self, frames: FrameLoop, stop: threading.Event) -> None:
         """Connect and stream through ``frames`` until the stream is done or ``stop`` is set."""
@@ -78,7 +79,8 @@ class Connection:
             try:
                 outcome = frames.run(cap, stop, self._streaming)
             except Exception as exc:
-                outcome, self.last_error = "error", f"{type(exc).__name__}: {exc}"
+                outcome = "error"
+                self.last_error = StreamFault.raised(exc, f"{type(exc).__name__}: {exc}")
             finally:
                 cap.release()
             ever_streamed = True
@@ -110,16 +112,17 @@ class Connection:
             if cap is not None and self._guard is not None:
                 cap = GuardedCapture(cap, self._guard, src.read_timeout_s)
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
-            self.last_error = f"open raised {exc!r}"
+            self.last_error = StreamFault.raised(exc, f"open raised {exc!r}")
             return None
-        if cap is None:
+        # An earlier open that raised says more than this one, which returned nothing.
+        last = self.last_error
+        if cap is None and (last is None or not last.message.startswith("open raised")):
             took = time.monotonic() - started
-            if self.last_error is None or not self.last_error.startswith("open raised"):
-                self.last_error = f"could not open {self.target.open_string!r}" + (
-                    f" (gave up after the {src.open_timeout_s:g} s open timeout)"
-                    if took >= src.open_timeout_s * 0.9
-                    else ""
-                )
+            self.report(f"could not open {self.target.open_string!r}" + (
+                f" (gave up after the {src.open_timeout_s:g} s open timeout)"
+                if took >= src.open_timeout_s * 0.9
+                else ""
+            ))  # fmt: skip
         return cap
 
     @contextlib.contextmanager

@@ -128,9 +128,9 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         if stream.error_reported:
             continue
         stream.error_reported = True
-        message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error}"
+        message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error.message}"
         if raise_:
-            raise SourceError(message, source=stream.source.uri)
+            raise SourceError(message, source=stream.source.uri) from conn.last_error.exc
         _log.warning("edgeload: %s", message)
 
 

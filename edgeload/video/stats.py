@@ -85,7 +85,7 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             age_from=frames.age_from,
             reconnects=conn.reconnects,
             attempts=conn.attempts,
-            last_error=conn.last_error,
+            last_error=None if conn.last_error is None else conn.last_error.message,
             last_frame_age_ms=None if age is None else round(age, 1),
             retry_in_s=None if conn.retry_at is None else round(conn.retry_at - now, 2),
             position=frames.position,

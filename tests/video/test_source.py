@@ -148,6 +148,24 @@ def test_reader_decodes_every_frame_into_one_buffer(small):
     assert reader.thread.name == "edgeload-video-0"
 
 
+def test_a_sink_that_raises_fails_a_file_stream_and_the_fault_keeps_the_exception(small):
+    source = VideoSource(small)
+    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+
+    def rejecting_sink(frame, info):
+        raise RuntimeError(f"the model refused frame {info.seq}")
+
+    reader = StreamReader(source, target, stream_id=0, sink=rejecting_sink)
+    reader.start()
+    assert reader.join(20)
+    fault = reader.connection.last_error
+    assert reader.connection.phase is SourceState.FAILED  # a file does not retry
+    assert isinstance(fault.exc, RuntimeError) and fault.type_name == "RuntimeError"
+    assert fault.message == "RuntimeError: the model refused frame 0"
+    assert "rejecting_sink" in fault.traceback_text
+
+
 def test_reader_fps_limit_skips_without_decoding(small):
     reader, got = _read_all(VideoSource(small, fps=10))
     assert [seq for seq, _, _ in got] == list(range(0, 30, 3))
@@ -177,7 +195,7 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
     time.sleep(1.0)
     assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
     assert reader.connection.attempts >= 3
-    assert "could not open" in (reader.connection.last_error or "")
+    assert "could not open" in reader.connection.last_error.message
     reader.stop()
     assert reader.join(3)
     assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
@@ -196,7 +214,7 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
         reader.stop()
         assert reader.join(5)
     assert reader.connection.reconnects >= 1, reader.connection.last_error
-    assert "stopped delivering frames" in (reader.connection.last_error or "")
+    assert "stopped delivering frames" in reader.connection.last_error.message
     assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect
 
 

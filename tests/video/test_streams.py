@@ -107,9 +107,10 @@ def test_corrupt_file_raises_with_on_error_raise(media, tmp_path):
     garbage = tmp_path / "garbage.mp4"
     garbage.write_bytes(b"\x00not a video\x00" * 4096)
     loader = StreamLoader([garbage, media["small"]], size=(32, 32), on_error="raise")
-    with loader, pytest.raises(SourceError, match=r"stream 0 .*garbage.mp4.*could not open"):
+    with loader, pytest.raises(SourceError, match=r"stream 0 .*garbage.mp4.*could not open") as err:
         for _ in loader:
             pass
+    assert err.value.__cause__ is None  # OpenCV returned nothing: there is no exception to chain
     assert _edgeload_threads() == []
 
 
