@@ -12,14 +12,13 @@ End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, Literal, TypeVar
 
 from ..errors import ClosedError, WaitTimeout, WorkerTimeout
+from ._held import HeldItems, PrefetchStats
 from .lifecycle import POLL_INTERVAL_S, State
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
@@ -53,28 +52,27 @@ END: Final = _End()
 """End of stream: ``Prefetcher.get()`` returns it once every item before it was taken."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PrefetchStats:
-    """A snapshot of a :class:`Prefetcher`'s counters."""
+def _check_arguments(name: str, policy: str, max_items: int, max_bytes: int | None) -> None:
+    if policy not in _WHEN_FULL:
+        raise ValueError(f"{name}: policy must be 'block' or 'latest', got {policy!r}")
+    if max_items < 1:
+        raise ValueError(f"{name}: max_items must be >= 1, got {max_items}")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
 
-    depth: int
-    """Items held now."""
-    bytes_held: int
-    """Bytes held now (the sum of the ``nbytes`` given to ``put``)."""
-    max_items: int
-    """The item bound."""
-    max_bytes: int | None
-    """The byte bound (None: unbounded in bytes)."""
-    producer_wait_s: float
-    """Total time producers spent waiting for room (``block``)."""
-    consumer_wait_s: float
-    """Total time the consumer spent waiting for an item."""
-    drops: int
-    """Items dropped by ``latest`` to make room."""
-    put_count: int
-    """Items accepted by ``put`` (not counting END)."""
-    get_count: int
-    """Items returned by ``get`` (not counting END)."""
+
+def _timed_out(name: str, op: str, timeout_s: float | None, items: HeldItems) -> Exception:
+    """The error for a ``get`` that found no item, or a ``put`` no room, in time."""
+    if op == "get":
+        return WorkerTimeout(
+            f"{name}: no item within {timeout_s} s (depth 0); the producers may be "
+            "stalled or hung; raise timeout_s= if they are just slow",
+            worker=name,
+        )
+    return WaitTimeout(
+        f"{name}: no room within {timeout_s} s (depth {len(items)}/{items.max_items}, "
+        f"{items.nbytes} bytes held); the consumer is not taking items"
+    )
 
 
 class Prefetcher(Generic[T]):
@@ -103,27 +101,16 @@ class Prefetcher(Generic[T]):
         on_drop: Callable[[T], None] | None = None,
         name: str = "prefetch",
     ) -> None:
-        if policy not in _WHEN_FULL:
-            raise ValueError(f"{name}: policy must be 'block' or 'latest', got {policy!r}")
-        if max_items < 1:
-            raise ValueError(f"{name}: max_items must be >= 1, got {max_items}")
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
+        _check_arguments(name, policy, max_items, max_bytes)
         self.name = name
         self.policy: WhenFull = policy
         self.max_items = max_items
         self.max_bytes = max_bytes
         self._on_drop = on_drop
-        self._items: collections.deque[tuple[T | _End, int]] = collections.deque()
-        self._bytes = 0
+        self._items = HeldItems(max_items, max_bytes, END)
         self._ended = False
         self._state = State.OPEN
         self._cond = threading.Condition(threading.Lock())
-        self._producer_wait_s = 0.0
-        self._consumer_wait_s = 0.0
-        self._drops = 0
-        self._puts = 0
-        self._gets = 0
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -143,11 +130,6 @@ class Prefetcher(Generic[T]):
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._state is State.CLOSED
-
-    def _fits(self, nbytes: int) -> bool:
-        if len(self._items) >= self.max_items:
-            return False
-        return self.max_bytes is None or self._bytes + nbytes <= self.max_bytes
 
     def _check_open(self, what: str) -> None:
         if self._state is State.CLOSED:
@@ -178,16 +160,11 @@ class Prefetcher(Generic[T]):
             if self._ended:
                 raise ValueError(f"{self.name}: put() after put_end()")
             if self.policy == "latest":
-                while not self._fits(nbytes):
-                    old, old_bytes = self._items.popleft()
-                    self._bytes -= old_bytes
-                    self._drops += 1
-                    dropped.append(old)  # type: ignore[arg-type]
+                while not self._items.fits(nbytes):
+                    dropped.append(self._items.drop_oldest())
             else:
-                self._wait_for(lambda: self._fits(nbytes), timeout_s, "put", "room")
-            self._items.append((item, nbytes))
-            self._bytes += nbytes
-            self._puts += 1
+                self._wait_for(lambda: self._items.fits(nbytes), timeout_s, "put")
+            self._items.append(item, nbytes)
             self._cond.notify_all()
         if self._on_drop is not None:
             for old in dropped:
@@ -203,7 +180,7 @@ class Prefetcher(Generic[T]):
             self._check_open("put_end()")
             if not self._ended:
                 self._ended = True
-                self._items.append((END, 0))
+                self._items.append(END, 0)
                 self._cond.notify_all()
 
     def get(self, *, timeout_s: float | None = None) -> T | _End:
@@ -218,19 +195,15 @@ class Prefetcher(Generic[T]):
         """
         with self._cond:
             self._check_open("get()")
-            self._wait_for(lambda: bool(self._items), timeout_s, "get", "an item")
-            item, nbytes = self._items[0]
-            if item is END:
-                return END  # stays, so every later get also sees END
-            self._items.popleft()
-            self._bytes -= nbytes
-            self._gets += 1
+            self._wait_for(lambda: bool(self._items), timeout_s, "get")
+            head: T | _End = self._items.first()
+            if head is END:
+                return head  # END stays, so every later get also sees it
+            item: T = self._items.pop()
             self._cond.notify_all()
             return item
 
-    def _wait_for(
-        self, ready: Callable[[], bool], timeout_s: float | None, op: str, what: str
-    ) -> None:
+    def _wait_for(self, ready: Callable[[], bool], timeout_s: float | None, op: str) -> None:
         """Wait on the condition (held) until ``ready()``; account the wait to ``op``."""
         if ready():
             return
@@ -241,55 +214,26 @@ class Prefetcher(Generic[T]):
                 self._check_open(f"{op}()")
                 left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
-                    if op == "get":
-                        raise WorkerTimeout(
-                            f"{self.name}: no item within {timeout_s} s (depth 0); the "
-                            "producers may be stalled or hung; raise timeout_s= if they "
-                            "are just slow",
-                            worker=self.name,
-                        )
-                    raise WaitTimeout(
-                        f"{self.name}: no room within {timeout_s} s (depth "
-                        f"{len(self._items)}/{self.max_items}, {self._bytes} bytes held); "
-                        "the consumer is not taking items"
-                    )
+                    raise _timed_out(self.name, op, timeout_s, self._items)
                 self._cond.wait(min(left, POLL_INTERVAL_S))
         finally:
-            waited = time.monotonic() - start
-            if op == "get":
-                self._consumer_wait_s += waited
-            else:
-                self._producer_wait_s += waited
+            self._items.add_wait(op, time.monotonic() - start)
 
     def stats(self) -> PrefetchStats:
         """Return a snapshot of the counters."""
         with self._cond:
-            depth = sum(1 for item, _ in self._items if item is not END)
-            return PrefetchStats(
-                depth=depth,
-                bytes_held=self._bytes,
-                max_items=self.max_items,
-                max_bytes=self.max_bytes,
-                producer_wait_s=self._producer_wait_s,
-                consumer_wait_s=self._consumer_wait_s,
-                drops=self._drops,
-                put_count=self._puts,
-                get_count=self._gets,
-            )
+            return self._items.stats()
 
     def drain(self) -> list[T]:
         """Remove and return every held item (not END), e.g. to release their slots."""
         with self._cond:
-            items = [item for item, _ in self._items if item is not END]
-            self._items = collections.deque((i, n) for i, n in self._items if i is END)
-            self._bytes = 0
+            items: list[T] = self._items.drain()
             self._cond.notify_all()
-            return items  # type: ignore[return-value]
+            return items
 
     def close(self) -> None:
         """Wake every waiter with ClosedError and drop held items; idempotent."""
         with self._cond:
             self._state = State.CLOSED
             self._items.clear()
-            self._bytes = 0
             self._cond.notify_all()
