@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import WorkerError
 from ._child import Message, run_task
 from ._processes import ProcessExecutor
-from .lifecycle import POLL_INTERVAL_S, join_threads, thread_name
+from ._worker_info import WorkerInfo, set_current
+from .lifecycle import POLL_INTERVAL_S, join_threads, limit_library_threads, thread_name
 
 _STOP = object()
 
@@ -90,6 +91,10 @@ class ThreadExecutor:
                 )
         return None
 
+    @property
+    def pids(self) -> list[int]:
+        return []  # threads run in this process
+
     def describe(self, wid: int) -> str:
         return self.threads[wid].name
 
@@ -103,4 +108,45 @@ class ThreadExecutor:
         join_threads(self.threads, timeout_s=timeout_s)
 
 
-__all__ = ["ProcessExecutor", "ThreadExecutor"]
+def start_executor(
+    fn: Callable[[Any], Any],
+    *,
+    kind: str,
+    num_workers: int,
+    seed: int,
+    init_fn: Callable[[Any], Any] | None,
+    start_method: str,
+    threads_per_worker: int,
+    name: str,
+) -> ThreadExecutor | ProcessExecutor:
+    """Start ``num_workers`` workers of ``kind`` running ``fn`` (see WorkerPool's Args)."""
+    infos = [
+        WorkerInfo(
+            id=i,
+            num_workers=num_workers,
+            seed=seed + i,
+            kind=kind,  # type: ignore[arg-type]
+            name=f"edgeload-{name}-{i}",
+            stop_event=threading.Event(),
+        )
+        for i in range(num_workers)
+    ]
+    if kind == "thread":
+        limit_library_threads(threads_per_worker, env=False, torch=False)
+        threads = ThreadExecutor(
+            fn, infos=infos, init_fn=init_fn, set_current=set_current, name=name
+        )
+        for info in infos:
+            info.stop_event = threads.stop  # one stop for all: they share the process
+        return threads
+    return ProcessExecutor(
+        fn,
+        infos=infos,
+        init_fn=init_fn,
+        start_method=start_method,
+        threads_per_worker=threads_per_worker,
+        name=name,
+    )
+
+
+__all__ = ["ProcessExecutor", "ThreadExecutor", "start_executor"]

@@ -44,6 +44,105 @@ def _exit_text(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def _start(
+    fn: Callable[[Any], Any],
+    infos: list[Any],
+    init_fn: Callable[[Any], Any] | None,
+    start_method: str,
+    threads_per_worker: int,
+    name: str,
+) -> tuple[list[Channel], list[Any]]:
+    """Start one process per ``infos`` entry; stop those started if one fails."""
+    payload: Any = (fn, init_fn)  # fork: the child inherits them, nothing is pickled
+    if start_method != "fork":
+        # Locks and shared values pickle only while a process is being spawned: if
+        # this fails, Process pickles them then (and reports anything else).
+        with contextlib.suppress(Exception):
+            payload = pickle.dumps(payload)
+    ctx = multiprocessing.get_context(start_method)
+    channels: list[Channel] = []
+    procs: list[Any] = []
+    for info in infos:
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        fields = {k: v for k, v in vars(info).items() if k != "stop_event"}
+        proc = ctx.Process(  # type: ignore[attr-defined]
+            target=process_main,
+            args=(child_conn, payload, fields, threads_per_worker),
+            name=thread_name(name, info.id),
+            daemon=True,
+        )
+        # forkserver children inherit the server's environment: the first pool's cap.
+        try:
+            with thread_env(threads_per_worker):
+                proc.start()
+        except Exception as exc:
+            parent_conn.close()
+            child_conn.close()
+            _stop(channels, procs, 0.0)
+            raise ValueError(
+                f"{name}: {start_method} process workers need a picklable fn and init_fn "
+                f"(module-level functions, classes and functools.partial), got {fn!r}, "
+                f"{init_fn!r}: {type(exc).__name__}: {exc}; define them at module "
+                "level, start with 'fork' (Linux), or use kind='thread'"
+            ) from exc
+        child_conn.close()
+        channels.append(Channel(parent_conn))
+        procs.append(proc)
+    return channels, procs
+
+
+def _death(wid: int, proc: Any) -> WorkerError:
+    """The error for worker ``wid`` whose process has gone: how, and the likely why."""
+    proc.join(1.0)
+    hint = (
+        "a SIGKILL nobody sent is usually the kernel's OOM killer: use fewer workers "
+        "or a smaller prefetch budget"
+        if proc.exitcode == -signal.SIGKILL
+        else "its init_fn failed (reported before) or fn exited the process"
+        if proc.exitcode == 0
+        else "its stderr above may say why"
+    )
+    return WorkerError(
+        f"worker process {wid} (pid {proc.pid}) {_exit_text(proc.exitcode)}; "
+        f"its pending items are lost; {hint}",
+        worker=f"pid {proc.pid}",
+    )
+
+
+def _stop(channels: list[Channel], procs: list[Any], timeout_s: float) -> None:
+    """Ask every worker to stop, wait up to ``timeout_s``, then terminate the rest."""
+    for channel in channels:
+        with contextlib.suppress(OSError):  # that worker is already gone
+            channel.put(None)
+    deadline = time.monotonic() + timeout_s
+    while any(p.is_alive() for p in procs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        # Keep reading (and dropping) results, so a worker blocked writing one
+        # gets to see the stop; keep writing the stops that did not fit.
+        writers = [ch for ch in channels if ch.unsent]
+        readers = [ch for ch in channels if not ch.eof]
+        alive = [p.sentinel for p in procs if p.is_alive()]
+        wait_ready([*readers, *alive], writers, min(left, POLL_INTERVAL_S))
+        for channel in channels:
+            with contextlib.suppress(Exception):  # a broken pipe or a bad pickle: moot now
+                channel.flush()
+                channel.take()
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(_KILL_WAIT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(_KILL_WAIT_S)
+    for channel in channels:
+        channel.close()
+    for proc in procs:
+        if not proc.is_alive():
+            proc.close()
+
+
 class ProcessExecutor:
     """Worker processes, each with a non-blocking duplex channel: tasks in, results out.
 
@@ -61,45 +160,13 @@ class ProcessExecutor:
         threads_per_worker: int,
         name: str,
     ) -> None:
-        payload: Any = (fn, init_fn)  # fork: the child inherits them, nothing is pickled
-        if start_method != "fork":
-            # Locks and shared values pickle only while a process is being spawned: if
-            # this fails, Process pickles them then (and reports anything else).
-            with contextlib.suppress(Exception):
-                payload = pickle.dumps(payload)
-        ctx = multiprocessing.get_context(start_method)
-        self.channels: list[Channel] = []
-        self.procs: list[Any] = []
         self.dead: WorkerError | None = None
         self.dead_wid = -1
         self._ready: collections.deque[Message] = collections.deque()
         self._unsent_since: dict[int, float] = {}
-        for info in infos:
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            fields = {k: v for k, v in vars(info).items() if k != "stop_event"}
-            proc = ctx.Process(  # type: ignore[attr-defined]
-                target=process_main,
-                args=(child_conn, payload, fields, threads_per_worker),
-                name=thread_name(name, info.id),
-                daemon=True,
-            )
-            # forkserver children inherit the server's environment: the first pool's cap.
-            try:
-                with thread_env(threads_per_worker):
-                    proc.start()
-            except Exception as exc:
-                parent_conn.close()
-                child_conn.close()
-                self.close(0.0)
-                raise ValueError(
-                    f"{name}: {start_method} process workers need a picklable fn and init_fn "
-                    f"(module-level functions, classes and functools.partial), got {fn!r}, "
-                    f"{init_fn!r}: {type(exc).__name__}: {exc}; define them at module "
-                    "level, start with 'fork' (Linux), or use kind='thread'"
-                ) from exc
-            child_conn.close()
-            self.channels.append(Channel(parent_conn))
-            self.procs.append(proc)
+        self.channels, self.procs = _start(
+            fn, infos, init_fn, start_method, threads_per_worker, name
+        )
 
     def send(self, wid: int, index: int, task: Any) -> None:
         """Queue a task for worker ``wid``; never blocks (see the module docstring)."""
@@ -170,22 +237,14 @@ class ProcessExecutor:
         raise exc
 
     def _died(self, wid: int) -> None:
-        proc, self.dead_wid = self.procs[wid], wid
-        proc.join(1.0)
-        hint = (
-            "a SIGKILL nobody sent is usually the kernel's OOM killer: use fewer workers "
-            "or a smaller prefetch budget"
-            if proc.exitcode == -signal.SIGKILL
-            else "its init_fn failed (reported before) or fn exited the process"
-            if proc.exitcode == 0
-            else "its stderr above may say why"
-        )
-        self.dead = WorkerError(
-            f"worker process {wid} (pid {proc.pid}) {_exit_text(proc.exitcode)}; "
-            f"its pending items are lost; {hint}",
-            worker=f"pid {proc.pid}",
-        )
+        self.dead_wid = wid
+        self.dead = _death(wid, self.procs[wid])
         raise self.dead
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids."""
+        return [p.pid for p in self.procs]
 
     def describe(self, wid: int) -> str:
         return f"process {wid} (pid {self.procs[wid].pid})"
@@ -208,34 +267,5 @@ class ProcessExecutor:
 
     def close(self, timeout_s: float) -> None:
         """Ask every worker to stop, wait up to ``timeout_s``, then terminate the rest."""
-        for channel in self.channels:
-            with contextlib.suppress(OSError):  # that worker is already gone
-                channel.put(None)
-        deadline = time.monotonic() + timeout_s
-        while any(p.is_alive() for p in self.procs):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            # Keep reading (and dropping) results, so a worker blocked writing one
-            # gets to see the stop; keep writing the stops that did not fit.
-            writers = [ch for ch in self.channels if ch.unsent]
-            readers = [ch for ch in self.channels if not ch.eof]
-            alive = [p.sentinel for p in self.procs if p.is_alive()]
-            wait_ready([*readers, *alive], writers, min(left, POLL_INTERVAL_S))
-            for channel in self.channels:
-                with contextlib.suppress(Exception):  # a broken pipe or a bad pickle: moot now
-                    channel.flush()
-                    channel.take()
-        for proc in self.procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(_KILL_WAIT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(_KILL_WAIT_S)
-        for channel in self.channels:
-            channel.close()
-        for proc in self.procs:
-            if not proc.is_alive():
-                proc.close()
+        _stop(self.channels, self.procs, timeout_s)
         self._ready.clear()

@@ -15,24 +15,18 @@ GIL-bound Python. Process workers should write array payloads into shared slots
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
+from ..errors import ClosedError, EdgeloadError, WorkerError
 from ..vocabulary import WorkerKind
-from ._executors import ProcessExecutor, ThreadExecutor
-from ._worker_info import WorkerInfo, choose_start_method, current_worker, set_current
+from ._executors import start_executor
+from ._worker_errors import death_error, task_error, timeout_error
+from ._worker_info import WorkerInfo, choose_start_method, current_worker
 from .failure import Failure
-from .lifecycle import (
-    EXIT_JOIN_TIMEOUT_S,
-    POLL_INTERVAL_S,
-    State,
-    interrupted,
-    limit_library_threads,
-)
+from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, State, interrupted
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -60,6 +54,19 @@ class WorkerResult:
     value: Any
     worker: int
     """Id of the worker that ran it."""
+
+
+def _check_arguments(
+    name: str, kind: str, num_workers: int, timeout_s: float | None, threads_per_worker: int
+) -> None:
+    if kind not in ("thread", "process"):
+        raise ValueError(f"{name}: kind must be 'thread' or 'process', got {kind!r}")
+    if num_workers < 1:
+        raise ValueError(f"{name}: num_workers must be >= 1, got {num_workers}")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"{name}: timeout_s must be > 0 or None, got {timeout_s}")
+    if threads_per_worker < 1:
+        raise ValueError(f"{name}: threads_per_worker must be >= 1, got {threads_per_worker}")
 
 
 class WorkerPool:
@@ -101,14 +108,7 @@ class WorkerPool:
         seed: int = 0,
         name: str = "workers",
     ) -> None:
-        if kind not in ("thread", "process"):
-            raise ValueError(f"{name}: kind must be 'thread' or 'process', got {kind!r}")
-        if num_workers < 1:
-            raise ValueError(f"{name}: num_workers must be >= 1, got {num_workers}")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ValueError(f"{name}: timeout_s must be > 0 or None, got {timeout_s}")
-        if threads_per_worker < 1:
-            raise ValueError(f"{name}: threads_per_worker must be >= 1, got {threads_per_worker}")
+        _check_arguments(name, kind, num_workers, timeout_s, threads_per_worker)
         self.kind: WorkerKind = kind
         self.num_workers = num_workers
         self.timeout_s = timeout_s
@@ -118,35 +118,16 @@ class WorkerPool:
         self._pending: dict[int, int] = {}  # task index -> worker id
         self._next_index = 0
         self._state = State.OPEN
-        infos = [
-            WorkerInfo(
-                id=i,
-                num_workers=num_workers,
-                seed=seed + i,
-                kind=kind,
-                name=f"edgeload-{name}-{i}",
-                stop_event=threading.Event(),
-            )
-            for i in range(num_workers)
-        ]
-        self._executor: ThreadExecutor | ProcessExecutor
-        if kind == "thread":
-            limit_library_threads(threads_per_worker, env=False, torch=False)
-            self._executor = ThreadExecutor(
-                fn, infos=infos, init_fn=init_fn, set_current=set_current, name=name
-            )
-            stop = self._executor.stop
-            for info in infos:
-                info.stop_event = stop
-        else:
-            self._executor = ProcessExecutor(
-                fn,
-                infos=infos,
-                init_fn=init_fn,
-                start_method=self.start_method or "spawn",
-                threads_per_worker=threads_per_worker,
-                name=name,
-            )
+        self._executor = start_executor(
+            fn,
+            kind=kind,
+            num_workers=num_workers,
+            seed=seed,
+            init_fn=init_fn,
+            start_method=self.start_method or "spawn",
+            threads_per_worker=threads_per_worker,
+            name=name,
+        )
         # Garbage collection or interpreter exit (an uncaught Ctrl-C): nobody wants the
         # results, so workers get only a moment before they are terminated.
         self._finalizer = weakref.finalize(self, self._executor.close, EXIT_JOIN_TIMEOUT_S)
@@ -170,9 +151,7 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         """Process ids of process workers (empty for threads)."""
-        if isinstance(self._executor, ProcessExecutor):
-            return [p.pid for p in self._executor.procs]
-        return []
+        return self._executor.pids
 
     def _check_open(self, what: str) -> None:
         if self._state is State.CLOSED:
@@ -227,16 +206,8 @@ class WorkerPool:
                 return self._unpack(*msg)
             self._check_open("get()")
             if deadline is not None and time.monotonic() >= deadline:
-                first = min(self._pending)
-                wid = self._pending[first]
-                raise WorkerTimeout(
-                    f"{self.name}: no result within {timeout} s from {self.kind} workers; "
-                    f"{len(self._pending)} task(s) pending (first: index {first} on "
-                    f"{self._executor.describe(wid)}{self._executor.stall(wid)}); "
-                    f"{self._fn_name} may be hung or stuck on I/O; raise timeout_s= if it "
-                    "is just slow",
-                    index=first,
-                    worker=self._executor.describe(wid),
+                raise timeout_error(
+                    self.name, self.kind, timeout, self._pending, self._executor, self._fn_name
                 )
 
     def _unpack(self, index: int, wid: int, ok: bool, payload: Any) -> WorkerResult:
@@ -245,27 +216,10 @@ class WorkerPool:
             return WorkerResult(index, payload, wid)
         failure: Failure = payload
         who = self._executor.describe(wid)
-        what = "init_fn" if index < 0 else f"{self._fn_name} on item {index}"
-        err = WorkerError(
-            f"{self.name}: {what} raised {failure.type_name}: {failure.message} (in {who}); "
-            f"worker traceback:\n{failure.traceback_text}",
-            index=None if index < 0 else index,
-            worker=who,
-            traceback_text=failure.traceback_text,
-        )
-        raise err from failure.exc
+        raise task_error(self.name, self._fn_name, index, who, failure) from failure.exc
 
     def _death(self, exc: WorkerError) -> WorkerError:
-        # The executor keeps this error to raise again; its traceback would pin the
-        # caller's frames (a DataLoader iterator and its slots) for the pool's lifetime.
-        exc.__traceback__ = None
-        wid = getattr(self._executor, "dead_wid", -1)
-        lost = sorted(i for i, w in self._pending.items() if w == wid)
-        return WorkerError(
-            f"{self.name}: {exc} (pending items: {lost or 'none'})",
-            index=lost[0] if lost else None,
-            worker=exc.worker,
-        )
+        return death_error(self.name, exc, self._pending, self._executor.dead_wid)
 
     def close(self, *, timeout_s: float = JOIN_TIMEOUT_S) -> None:
         """Stop and join the workers (terminating processes that overrun); idempotent.
