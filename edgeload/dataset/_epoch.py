@@ -15,12 +15,11 @@ from typing import Any, Iterator
 
 from ..errors import WorkerError, worker_exception
 from ..pipeline.lifecycle import release_frames
-from ._device import pin_batch
-from ._fetch import Result, Task, WorkerStart
 from ._sampling import EpochOrder
 from ._settings import LoaderSettings
 from ._slots import LoaderSlots
-from ._state import KEY_W_CONSUMED, KEY_W_ENDED, KEY_W_RNG, EpochProgress, LoaderState
+from ._state import EpochProgress, LoaderState
+from ._tasks import Result, Task
 
 
 class EpochIterator(Iterator[Any]):
@@ -56,27 +55,17 @@ class EpochIterator(Iterator[Any]):
         self._length, self._len_called, self._on_end = length, len_called, on_end
         # Taken now: once the pass ends, the pool releases its process objects.
         self._worker_handles = list(getattr(executor, "workers", []))
-        self._n = max(1, settings.num_workers)
-        self.progress = EpochProgress(self._n)
+        self.progress = EpochProgress(max(1, settings.num_workers))
         self._num_yielded = 0
         self._pending: dict[int, Result] = {}
         self._in_flight: dict[int, Any] = {}  # position -> slot (or None)
         self._exhausted = self._done = False
         self.skipped = 0
-        saved: list[dict[str, Any]] = [{} for _ in range(self._n)]
         if resume is not None:
-            saved = self.progress.load(resume)
+            self.progress.load(resume)
         self._next_pos = self.progress.yielded
-        self._cycle_next = self.progress.resume_next
-        iterable = settings.sampling.iterable
-        for w, ws in enumerate(saved):
-            start = WorkerStart(
-                base_seed,
-                shared_seed=shared_seed,
-                rng=None if iterable else ws.get(KEY_W_RNG),
-                skip_samples=int(ws.get(KEY_W_CONSUMED, 0)),
-                ended=bool(ws.get(KEY_W_ENDED, False)),
-            )
+        starts = self.progress.worker_starts(base_seed, shared_seed, settings.sampling.iterable)
+        for w, start in enumerate(starts):
             executor.start_worker(w, start)
 
     @property
@@ -99,16 +88,6 @@ class EpochIterator(Iterator[Any]):
     def __iter__(self) -> EpochIterator:
         return self
 
-    def _pick_worker(self, position: int) -> int | None:
-        if not self._settings.sampling.iterable:
-            return position % self._n
-        for _ in range(self._n):
-            w = self._cycle_next
-            self._cycle_next = (w + 1) % self._n
-            if w not in self.progress.ended:
-                return w
-        return None
-
     def _fill(self) -> None:
         limit = self._settings.max_in_flight(self._slots.layout)
         while not self._exhausted and len(self._in_flight) < limit:
@@ -121,7 +100,7 @@ class EpochIterator(Iterator[Any]):
             self._next_pos += 1
             if pos in self.progress.ahead:
                 continue  # yielded before the resume (in_order=False)
-            worker = self._pick_worker(pos)
+            worker = self.progress.assign(pos, iterable=self._settings.sampling.iterable)
             if worker is None:
                 self._exhausted = True
                 return
@@ -171,18 +150,14 @@ class EpochIterator(Iterator[Any]):
                 return batch
 
     def _handle(self, result: Result, slot: Any) -> Any:
-        w, slots = result.worker_id, self._slots
+        slots = self._slots
         if result.error is not None:
             slots.release(slot)
             raise _worker_error(result, result.error, self._settings.worker_kind) from result.exc
-        self.progress.record(w, result.rng, result.consumed)
-        if result.ended:
+        ended = self.progress.record(result, iterable=self._settings.sampling.iterable)
+        if ended:  # the worker's stream ended: nothing to yield
             slots.release(slot)
-            self.progress.end_worker(w)
-            self.progress.mark_yielded(result.position)
             return _NOTHING
-        if self._settings.sampling.iterable:
-            self.progress.resume_next = (w + 1) % self._n
         for index, message in result.skipped:
             self.skipped += 1
             self._state.count_skip(
@@ -194,12 +169,9 @@ class EpochIterator(Iterator[Any]):
             return _NOTHING
         if result.layout is not None:
             slots.offer_layout(result.layout)
-        from_slot = slot is not None and result.rows > 0
-        batch = slots.finish(slot, result)
+        batch = slots.finish(slot, result, pin=self._settings.choice.pin_memory)
         self.progress.mark_yielded(result.position)
         self._state.counters["batches"] += 1
-        if self._settings.choice.pin_memory and not (from_slot and slots.page_locked):
-            return pin_batch(batch, self._settings.engine)
         return batch
 
     def __del__(self) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..checkpoint import KEY_VERSION, check_version
-from ._sampling import KEY_GENERATOR_STATE, _decode_state, _encode_state
-from ._state import LoaderState
+from ._datapipes import draw_shared_seed, is_iter_datapipe
+from ._sampling import KEY_GENERATOR_STATE, EpochOrder, _decode_state, _encode_state
+from ._settings import LoaderSettings
+from ._state import KEY_TASKS_DONE, LoaderState
 
 STATE_VERSION = 1
 
@@ -69,3 +71,33 @@ def apply_loader_state(state: LoaderState, saved: dict[str, Any], *, generator: 
         state.epoch = int(saved[KEY_EPOCH])
         if generator is not None and KEY_GENERATOR_STATE in saved:
             _decode_state(generator, saved[KEY_GENERATOR_STATE])
+
+
+def begin_epoch(
+    state: LoaderState, order: EpochOrder, settings: LoaderSettings, *, keep_seed: bool
+) -> tuple[int | None, dict[str, Any] | None]:
+    """Where the next epoch starts: the loaded state (used up), or fresh draws.
+
+    Sets ``state.epoch`` (on a resume) and ``state.base_seed`` (kept as it is with
+    ``keep_seed``: persistent workers go on with theirs).
+
+    Returns:
+        The epoch's DataPipe shuffle seed (or None) and the progress to resume (or None).
+    """
+    resume, state.resume = state.resume, None
+    shared: int | None = None
+    progress: dict[str, Any] | None = None
+    if resume is not None:
+        state.epoch = int(resume[KEY_EPOCH])
+        shared = resume[KEY_ORDER].get(KEY_SHARED_SEED)
+        progress = resume[KEY_PROGRESS]
+        skip = int(resume[KEY_PROGRESS][KEY_TASKS_DONE])
+        state.base_seed = order.resume(resume[KEY_ORDER], skip=skip)
+    else:
+        if is_iter_datapipe(settings.dataset):
+            # torch draws the pipe's shuffle seed first, then the workers' base seed.
+            shared = draw_shared_seed(settings.generator)
+        state.base_seed = order.start(base_seed=state.base_seed if keep_seed else None)
+    if shared is not None:
+        order.state[KEY_SHARED_SEED] = shared
+    return shared, progress

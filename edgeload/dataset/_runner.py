@@ -12,6 +12,7 @@ from typing import Any
 
 from ._epoch import EpochIterator
 from ._executor import make_loader_executor
+from ._resume import begin_epoch
 from ._sampling import EpochOrder
 from ._settings import LoaderChoice, LoaderSettings
 from ._slots import LoaderSlots
@@ -40,10 +41,6 @@ class EpochRunner:
     def live(self, it: EpochIterator | None) -> None:
         self._live = None if it is None else weakref.ref(it)
 
-    def keeps_workers(self) -> bool:
-        """Persistent workers are running: the next epoch reuses them (and their seed)."""
-        return self._persistent and self._executor is not None
-
     def replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
         """Stop the workers and free the slots of the previous plan; make slots for this one."""
         from ._thread_seeds import install_seed_hooks
@@ -63,20 +60,12 @@ class EpochRunner:
         )
 
     def start(
-        self,
-        settings: LoaderSettings,
-        order: EpochOrder,
-        *,
-        base_seed: int,
-        shared_seed: int | None,
-        resume: dict[str, Any] | None,
-        length: Any,
-        len_called: int | None,
+        self, settings: LoaderSettings, *, length: Any, len_called: int | None
     ) -> EpochIterator:
-        """Begin an epoch (ending the live one first)."""
-        live = self.live
-        if live is not None and not live.done:
-            self.abandon()
+        """Begin an epoch, or resume the loaded one (the caller ended the live one)."""
+        order = EpochOrder(settings.sampling, settings.generator)
+        keep = self._persistent and self._executor is not None
+        shared, progress = begin_epoch(self._state, order, settings, keep_seed=keep)
         self._persistent = settings.persistent
         if self._executor is None or not settings.persistent:
             self._close_executor()
@@ -89,15 +78,34 @@ class EpochRunner:
             executor=self._executor,
             slots=self.slots,
             order=order,
-            base_seed=base_seed,
-            shared_seed=shared_seed,
-            resume=resume,
+            base_seed=int(self._state.base_seed or 0),
+            shared_seed=shared,
+            resume=progress,
             length=length,
             len_called=len_called,
             on_end=self._ended,
         )
         self.live = it
         return it
+
+    def live_state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The live epoch's order state and progress (None between epochs)."""
+        it = self.live
+        return None if it is None or it.done else (it.order_state(), it.progress.state())
+
+    def stats(self, choice: LoaderChoice) -> dict[str, Any]:
+        """``DataLoader.stats()``: the counters, the plan's choice, the slots."""
+        return {
+            **self._state.counters,
+            "skipped": list(self._state.skips),
+            "num_workers": choice.num_workers,
+            "worker_kind": choice.worker_kind,
+            "memory_mode": choice.memory_mode,
+            "memory_mode_reason": choice.memory_mode_reason,
+            "start_method": self.start_method,
+            "start_method_reason": self.start_method_reason,
+            **self.slots.stats(),
+        }
 
     def _ended(self, it: EpochIterator, finished: bool) -> None:
         if finished:

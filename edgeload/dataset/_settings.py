@@ -79,6 +79,8 @@ class LoaderSettings:
     worker_init_fn: Callable[[int], None] | None
     context: Any
     """torch's ``multiprocessing_context``: None, a start method or a context."""
+    generator: Any
+    """torch's ``generator``: where the epoch's base seed and shuffle are drawn from."""
     timeout_s: float | None
     """Longest wait for one batch (None: no limit; torch's ``timeout=0``)."""
     in_order: bool

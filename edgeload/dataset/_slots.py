@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import PlatformError
 from . import _collate
-from ._fetch import Result
+from ._device import pin_batch
+from ._tasks import Result
 
 _log = logging.getLogger("edgeload")
 
@@ -97,13 +98,18 @@ class LoaderSlots:
         if slot is not None and self._pool is not None:
             self._pool.release(slot)
 
-    def finish(self, slot: Any, result: Result) -> Any:
-        """The batch of ``result``: views of its slot, or the data it carried."""
+    def finish(self, slot: Any, result: Result, *, pin: bool = False) -> Any:
+        """The batch of ``result``: views of its slot, or the data it carried; with
+        ``pin``, in page-locked memory (a GPU mode's slots already are)."""
         if slot is None or not result.rows or self.layout is None:
             self.release(slot)
-            return result.data
-        view = self._pool.lease(slot)
-        return _collate.read_batch(self.layout, view, result.rows)
+            batch = result.data
+        else:
+            view = self._pool.lease(slot)
+            batch = _collate.read_batch(self.layout, view, result.rows)
+            if self.page_locked:
+                return batch
+        return pin_batch(batch, self._engine) if pin else batch
 
     def stats(self) -> dict[str, Any]:
         """Slot counters (empty before the pool exists)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WorkerError
+from ._tasks import Result, WorkerStart
 
 _log = logging.getLogger("edgeload")
 
@@ -76,9 +77,10 @@ class EpochProgress:
         self.workers: list[dict[str, Any]] = [{} for _ in range(num_workers)]
         self.ended: set[int] = set()
         """Iterable datasets: workers whose stream has ended."""
+        self._cycle_next = 0
 
-    def load(self, saved: dict[str, Any]) -> list[dict[str, Any]]:
-        """Take the progress of a saved epoch; returns each worker's saved state.
+    def load(self, saved: dict[str, Any]) -> None:
+        """Continue from the progress part of a saved state.
 
         Raises:
             ValueError: the state was saved with another number of workers.
@@ -92,12 +94,27 @@ class EpochProgress:
             )
         self.yielded = int(saved[KEY_TASKS_DONE])
         self.ahead = {int(p) for p in saved.get(KEY_AHEAD, [])}
-        self.resume_next = int(saved.get(KEY_NEXT_WORKER, 0))
+        self.resume_next = self._cycle_next = int(saved.get(KEY_NEXT_WORKER, 0))
         for w, ws in enumerate(workers or [{}] * self.num_workers):
             self.workers[w] = dict(ws)
             if ws.get(KEY_W_ENDED):
                 self.ended.add(w)
-        return [dict(w) for w in self.workers]
+
+    def worker_starts(
+        self, base_seed: int, shared_seed: int | None, iterable: bool
+    ) -> list[WorkerStart]:
+        """How each worker begins: fresh, or where its last yielded batch left it."""
+        return [
+            WorkerStart(
+                base_seed,
+                shared_seed=shared_seed,
+                # An iterable's worker redraws its samples instead (skip_samples).
+                rng=None if iterable else ws.get(KEY_W_RNG),
+                skip_samples=int(ws.get(KEY_W_CONSUMED, 0)),
+                ended=bool(ws.get(KEY_W_ENDED, False)),
+            )
+            for ws in self.workers
+        ]
 
     def state(self) -> dict[str, Any]:
         """The JSON-ready state after the batches yielded so far."""
@@ -108,14 +125,31 @@ class EpochProgress:
             KEY_WORKERS: [dict(w) for w in self.workers],
         }
 
-    def record(self, worker: int, rng: Any, consumed: int) -> None:
-        """Worker ``worker``'s random state and samples drawn after its latest result."""
-        self.workers[worker][KEY_W_RNG] = rng
-        self.workers[worker][KEY_W_CONSUMED] = consumed
+    def assign(self, position: int, *, iterable: bool) -> int | None:
+        """The worker for task ``position`` (None: every iterable stream has ended)."""
+        if not iterable:
+            return position % self.num_workers
+        for _ in range(self.num_workers):
+            w = self._cycle_next
+            self._cycle_next = (w + 1) % self.num_workers
+            if w not in self.ended:
+                return w
+        return None
 
-    def end_worker(self, worker: int) -> None:
-        self.workers[worker][KEY_W_ENDED] = True
-        self.ended.add(worker)
+    def record(self, result: Result, *, iterable: bool) -> bool:
+        """Keep the worker's state after ``result``; True when its stream ended (the
+        task then counts as yielded, with nothing to yield)."""
+        w = result.worker_id
+        self.workers[w][KEY_W_RNG] = result.rng
+        self.workers[w][KEY_W_CONSUMED] = result.consumed
+        if result.ended:
+            self.workers[w][KEY_W_ENDED] = True
+            self.ended.add(w)
+            self.mark_yielded(result.position)
+            return True
+        if iterable:
+            self.resume_next = (w + 1) % self.num_workers
+        return False
 
     def mark_yielded(self, position: int) -> None:
         if position == self.yielded:

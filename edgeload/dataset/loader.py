@@ -20,7 +20,6 @@ IterableDataset that does not shard itself would yield every sample once per wor
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
@@ -28,22 +27,18 @@ from typing import Any, Generic, Literal, TypeVar
 from ..errors import ClosedError
 from ..pipeline.lifecycle import State
 from ._auto import resolve_plan
-from ._checks import FROZEN, check_arguments, check_context, warn_worker_count
-from ._datapipes import draw_shared_seed, is_iter_datapipe
+from ._checks import check_arguments, check_context, warn_worker_count
 from ._device import check_gpu_mode
 from ._epoch import EpochIterator
 from ._resume import (
-    KEY_EPOCH,
-    KEY_ORDER,
-    KEY_PROGRESS,
-    KEY_SHARED_SEED,
     apply_loader_state,
     loader_state,
 )
 from ._runner import EpochRunner
-from ._sampling import EpochOrder, build_sampling
+from ._sampling import build_sampling
 from ._settings import UNPLANNED, LoaderChoice, LoaderSettings, PlanRequest, start_method_of
-from ._state import KEY_TASKS_DONE, LoaderState
+from ._state import LoaderState
+from ._torch_surface import TorchSurface
 from ._worker_ctx import get_worker_info
 
 __all__ = ["DataLoader", "get_worker_info"]
@@ -61,7 +56,7 @@ _PLANNED = (
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(Generic[T_co]):
+class DataLoader(TorchSurface, Generic[T_co]):
     """Batches from a dataset, like ``torch.utils.data.DataLoader``, sized for the device.
 
     Args:
@@ -141,8 +136,7 @@ class DataLoader(Generic[T_co]):
         check_gpu_mode(memory_mode, engine)
         self.engine = engine
         context = check_context(multiprocessing_context, num_workers)
-        self.dataset = dataset
-        self._sampling = build_sampling(
+        sampling = build_sampling(
             dataset,
             batch_size=batch_size,
             shuffle=shuffle,
@@ -151,11 +145,7 @@ class DataLoader(Generic[T_co]):
             drop_last=drop_last,
             generator=generator,
         )
-        self.batch_size = self._sampling.batch_size
-        self.drop_last = self._sampling.drop_last
-        self.sampler = self._sampling.sampler
-        self.batch_sampler = self._sampling.batch_sampler
-        self.generator = generator
+        super().__init__(dataset, sampling, generator)
         self.num_workers = num_workers
         self.collate_fn = collate_fn
         self.pin_memory = pin_memory
@@ -179,23 +169,11 @@ class DataLoader(Generic[T_co]):
         self.max_skips = max_skips
         self._choice: LoaderChoice = UNPLANNED
         self._planned: tuple[Any, ...] | None = None
-        self._len_called: int | None = None
         self._state = LoaderState()
         self._runner = EpochRunner(self._state)
         self._lifecycle = State.UNOPENED  # OPEN from the first iter(), CLOSED by close()
         warn_worker_count(num_workers, threads=worker_kind == "thread")
-        self._initialized = True
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        initialized = self.__dict__.get("_initialized", False)
-        if initialized and name in FROZEN:
-            raise ValueError(
-                f"{name} attribute should not be set after {type(self).__name__} is "
-                "initialized; build a new DataLoader with the new value"
-            )
-        if initialized and name == "multiprocessing_context":
-            value = check_context(value, self.num_workers)
-        super().__setattr__(name, value)
+        self._seal()
 
     @property
     def plan(self) -> Any:
@@ -211,30 +189,11 @@ class DataLoader(Generic[T_co]):
     def _num_workers_resolved(self) -> int:
         return self._choice.num_workers
 
-    # torch's private names that code outside torch reads.
-    @property
-    def _auto_collation(self) -> bool:
-        return self._sampling.auto_collation
-
-    @property
-    def _index_sampler(self) -> Any:
-        return self._sampling.index_sampler
-
     @property
     def _iter(self) -> EpochIterator | None:
         return self._runner.live
 
     # torch's surface ---------------------------------------------------------------
-
-    def __len__(self) -> int:
-        """Batches per epoch, as torch counts them (iterable datasets: from ``len()``)."""
-        s = self._sampling
-        if s.iterable:
-            length = self._len_called = len(self.dataset)
-            if s.batch_size is not None:
-                length = length // s.batch_size if s.drop_last else math.ceil(length / s.batch_size)
-            return int(length)
-        return len(s.index_sampler)
 
     def __iter__(self) -> Iterator[Any]:
         """Start an epoch (or resume the one loaded by ``load_state_dict``)."""
@@ -242,34 +201,8 @@ class DataLoader(Generic[T_co]):
             raise ClosedError("DataLoader: iter() after close()")
         self._lifecycle = State.OPEN
         self._runner.abandon()
-        settings = self._settings()
-        order = EpochOrder(self._sampling, self.generator)
-        state = self._state
-        resume, state.resume = state.resume, None
-        shared: int | None = None
-        progress: dict[str, Any] | None = None
-        if resume is not None:
-            state.epoch = int(resume[KEY_EPOCH])
-            shared = resume[KEY_ORDER].get(KEY_SHARED_SEED)
-            progress = resume[KEY_PROGRESS]
-            skip = int(resume[KEY_PROGRESS][KEY_TASKS_DONE])
-            state.base_seed = order.resume(resume[KEY_ORDER], skip=skip)
-        else:
-            if is_iter_datapipe(self.dataset):
-                # torch draws the pipe's shuffle seed first, then the workers' base seed.
-                shared = draw_shared_seed(self.generator)
-            keep = state.base_seed if self._runner.keeps_workers() else None
-            state.base_seed = order.start(base_seed=keep)
-        if shared is not None:
-            order.state[KEY_SHARED_SEED] = shared
         return self._runner.start(
-            settings,
-            order,
-            base_seed=state.base_seed,
-            shared_seed=shared,
-            resume=progress,
-            length=self.__len__,
-            len_called=self._len_called,
+            self._settings(), length=self.__len__, len_called=self._len_called
         )
 
     def _resolve(self) -> None:
@@ -308,6 +241,7 @@ class DataLoader(Generic[T_co]):
             collate_fn=self.collate_fn,
             worker_init_fn=self.worker_init_fn,
             context=self.multiprocessing_context,
+            generator=self.generator,
             timeout_s=self.timeout or None,
             in_order=self.in_order,
             skip_errors=self.on_error == "skip",
@@ -326,12 +260,11 @@ class DataLoader(Generic[T_co]):
         Taken after batch k, loading it into a loader built with the same arguments
         gives exactly batches k+1... of the uninterrupted run.
         """
-        it = self._runner.live
         return loader_state(
             self._state,
             num_workers=self._choice.num_workers,
             worker_kind=self._choice.worker_kind,
-            live=None if it is None or it.done else (it.order_state(), it.progress.state()),
+            live=self._runner.live_state(),
             generator=self.generator,
         )
 
@@ -349,18 +282,7 @@ class DataLoader(Generic[T_co]):
         mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
         if self._lifecycle is not State.CLOSED:
             self._resolve()
-        choice, runner = self._choice, self._runner
-        return {
-            **self._state.counters,
-            "skipped": list(self._state.skips),
-            "num_workers": choice.num_workers,
-            "worker_kind": choice.worker_kind,
-            "memory_mode": choice.memory_mode,
-            "memory_mode_reason": choice.memory_mode_reason,
-            "start_method": runner.start_method,
-            "start_method_reason": runner.start_method_reason,
-            **runner.slots.stats(),
-        }
+        return self._runner.stats(self._choice)
 
     # Lifecycle -----------------------------------------------------------------------
 
