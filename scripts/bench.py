@@ -81,6 +81,10 @@ MODULES = {
         "both loaders for --minutes (RTSP camera cut every 30 s, 3 looping files, DataLoader "
         "epochs): PSS, fds, threads and /dev/shm must not grow",
     ),
+    "small": (
+        "bench_small",
+        "4 looping 320x240 files -> 4 x 160x160 batches: StreamLoader vs a plain OpenCV loop",
+    ),
     "scale": (
         "bench_scale",
         "one StreamLoader with 1-32 looping 640x360 files: CPU per frame, PSS per stream, fairness",
