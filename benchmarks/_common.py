@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import resource
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,11 @@ def versions() -> dict[str, str]:
     import cv2
     import numpy as np
 
-    found = {"python": platform.python_version(), "numpy": np.__version__, "opencv": cv2.__version__}
+    found = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "opencv": cv2.__version__,
+    }
     try:
         import torch
 

@@ -30,15 +30,15 @@ Run: ``flock /tmp/cpu.lock python scripts/bench.py live [--rounds 2] [--out r.js
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from benchmarks import _common
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMERA = ROOT / "tests" / "clock_camera.py"
@@ -163,14 +163,12 @@ def _vidgear(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Call
     return take, close
 
 
-def _cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _child(
-    name: str, urls: list[str], consumer_s: float, warmup: float, seconds: float
-) -> dict[str, Any]:
+def _child(args: argparse.Namespace) -> dict[str, Any]:
+    name, urls, consumer_s = args.child, args.urls, args.consumer
+    warmup, seconds = args.warmup, args.seconds
+    os.environ.setdefault("YOLO_VERBOSE", "False")
+    os.environ.setdefault("YOLO_OFFLINE", "True")
+    sys.path.append(args.site)
     sys.path.insert(0, str(ROOT / "tests"))
     import clock_camera
     import cv2  # noqa: F401  (as in the user's program: the memory baselines match)
@@ -194,7 +192,7 @@ def _child(
             frames = take()
             now = time.time()
             if cpu0 is None and time.monotonic() >= measuring_from:
-                cpu0, measured_at = _cpu_s(), time.monotonic()
+                cpu0, measured_at = _common.cpu_s(), time.monotonic()
             for cam, frame in frames:
                 value = clock_camera.read_stamp(frame)
                 if cpu0 is None:
@@ -207,7 +205,7 @@ def _child(
                     stale.append((round(time.monotonic() - measuring_from, 2), cam, ages[-1]))
                 unique[cam].add(value)
             time.sleep(consumer_s)
-        cpu = _cpu_s() - (cpu0 or 0.0)
+        cpu = _common.cpu_s() - (cpu0 or 0.0)
         span = time.monotonic() - measured_at
     finally:
         close()
@@ -234,15 +232,10 @@ def _start_cameras(args: argparse.Namespace, port: int) -> tuple[subprocess.Pope
 
 def _run_child(name: str, urls: list[str], site: Path, consumer_s: float,
                args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
-    from edgeload.measure import run_measured
-
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--site", str(site),
            "--consumer", str(consumer_s), "--warmup", str(args.warmup),
            "--seconds", str(args.seconds), *urls]  # fmt: skip
-    out, peak = run_measured(cmd, timeout_s=_TIMEOUT_S)
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_mib"] = peak / 2**20
-    return result
+    return _common.run_child(cmd, timeout_s=_TIMEOUT_S)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -255,14 +248,9 @@ def run(args: argparse.Namespace) -> int:
         "workload": f"{args.cameras} x {args.size}@30 loopback RTSP (x264 ultrafast), "
         f"consumer resizes to {OUT[0]}x{OUT[1]}; {args.seconds:g} s measured after "
         f"{args.warmup:g} s warm-up",
-        "cpus": os.cpu_count(), "peers": versions, "results": {},
+        "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "peers": versions,
+        "versions": _common.versions(), "results": {},
     }  # fmt: skip
-    import cv2
-    import numpy
-    import torch
-
-    report["versions"] = {"opencv": cv2.__version__, "numpy": numpy.__version__,
-                          "torch": torch.__version__}  # fmt: skip
     runnable = [c for c in args.contenders if not versions.get(c, "").startswith("missing")]
     for c in args.contenders:
         if c not in runnable:
@@ -302,29 +290,14 @@ def run(args: argparse.Namespace) -> int:
             "unreadable": sum(r["unreadable"] for r in rs), "runs": len(rs),
             "diagnostics": [{k: r.get(k) for k in ("stale", "streams")} for r in rs],
         }  # fmt: skip
-    print(json.dumps(report, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
-    return 0
+    return _common.finish(report, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--site", help=argparse.SUPPRESS)
-    parser.add_argument("--consumer", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("urls", nargs="*", help=argparse.SUPPRESS)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.child:
-        os.environ.setdefault("YOLO_VERBOSE", "False")
-        os.environ.setdefault("YOLO_OFFLINE", "True")
-        sys.path.append(args.site)
-        sys.path.insert(0, str(ROOT))
-        result = _child(args.child, args.urls, args.consumer, args.warmup, args.seconds)
-        print(json.dumps(result))
-        return 0
-    return run(args)
+    """Command-line entry point (``--child NAME`` runs one contender)."""
+    hidden = [("--site", {}), ("--consumer", {"type": float}), ("urls", {"nargs": "*"})]
+    return _common.main(argv, doc=__doc__ or "", add_arguments=add_arguments, run=run,
+                        child=_child, hidden=hidden)  # fmt: skip
 
 
 if __name__ == "__main__":

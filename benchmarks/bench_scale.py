@@ -14,14 +14,15 @@ Run: ``flock /tmp/cpu.lock python scripts/bench.py scale [--rounds 2] [--out r.j
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import main as bench_main
 
 _TIMEOUT_S = 180
 
@@ -36,17 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the results as JSON here")
 
 
-def _cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _child(paths: list[str], n: int, size: tuple[int, int], seconds: float) -> dict[str, Any]:
+def _child(args: argparse.Namespace) -> dict[str, Any]:
     import cv2  # noqa: F401  (as in the user's program: the memory baselines match)
     import torch  # noqa: F401
 
     from edgeload.video import StreamLoader, VideoSource
 
+    paths, n, size, seconds = args.paths, int(args.child), tuple(args.size), args.seconds
     sources = [VideoSource(paths[i % len(paths)], loop=True) for i in range(n)]
     counts = [0] * n
     with StreamLoader(sources, size=size, policy="every") as loader:
@@ -55,14 +52,14 @@ def _child(paths: list[str], n: int, size: tuple[int, int], seconds: float) -> d
         for batch in loader:
             now = time.monotonic()
             if start is None and now >= warm_until:
-                cpu0, start = _cpu_s(), now
+                cpu0, start = cpu_s(), now
             if start is not None:
                 for m in batch.meta:
                     if m is not None:
                         counts[m.stream_id] += 1
                 if now - start >= seconds:
                     break
-        cpu, span = _cpu_s() - (cpu0 or 0.0), time.monotonic() - (start or 0.0)
+        cpu, span = cpu_s() - (cpu0 or 0.0), time.monotonic() - (start or 0.0)
         plan = loader.plan.describe()
     frames = sum(counts)
     return {"n": n, "frames": frames, "span_s": span, "cpu_s": cpu,
@@ -70,14 +67,9 @@ def _child(paths: list[str], n: int, size: tuple[int, int], seconds: float) -> d
 
 
 def _run_child(paths: list[Path], n: int, args: argparse.Namespace) -> dict[str, Any]:
-    from edgeload.measure import run_measured
-
     cmd = [sys.executable, os.path.abspath(__file__), "--child", str(n), "--seconds",
            str(args.seconds), "--size", *map(str, args.size), *map(str, paths)]  # fmt: skip
-    out, peak = run_measured(cmd, timeout_s=_TIMEOUT_S)
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_mib"] = peak / 2**20
-    return result
+    return run_child(cmd, timeout_s=_TIMEOUT_S)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
         f"per stream, {args.seconds:g} s after 1 s warm-up",
-        "cpus": os.cpu_count(), "slot_place_mib": w * h * 3 / 2**20, "results": {},
+        "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "versions": versions(),
+        "slot_place_mib": w * h * 3 / 2**20, "results": {},
     }  # fmt: skip
     for n, rs in runs.items():
         report["results"][n] = {
@@ -114,23 +107,13 @@ def run(args: argparse.Namespace) -> int:
         res[b]["pss_mib_per_added_stream"] = (res[b]["peak_pss_mib"] - res[a]["peak_pss_mib"]) / (
             b - a
         )
-    print(json.dumps(report, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
-    return 0
+    return finish(report, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.child:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        print(json.dumps(_child(args.paths, args.child, tuple(args.size), args.seconds)))
-        return 0
-    return run(args)
+    """Command-line entry point (``--child N`` runs one stream count)."""
+    return bench_main(argv, doc=__doc__ or "", add_arguments=add_arguments, run=run,
+                      child=_child, hidden=[("paths", {"nargs": "*"})])  # fmt: skip
 
 
 if __name__ == "__main__":

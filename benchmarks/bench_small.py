@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, main as bench_main, run_child, versions
+from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import main as bench_main
 
 CONTENDERS = ("plain", "edgeload", "edgeload-ff1", "edgeload-ff0")
 IN, OUT = (320, 240), (160, 160)

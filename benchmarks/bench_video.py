@@ -25,9 +25,7 @@ Run: ``python scripts/bench.py video [--repeats 3] [--out r.json]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
 THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
@@ -227,36 +227,27 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
             counts[i] += 1
             ok, _ = cap.read(image=buf)
 
-    start, cpu = time.monotonic(), _cpu_s()
+    start, cpu = time.monotonic(), cpu_s(children=True)
     threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(paths)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(_TIMEOUT_S)
     return {"frames": sum(counts), "seconds": time.monotonic() - start,
-            "ffmpeg_threads": ffmpeg_threads, "cpu_s": _cpu_s() - cpu}  # fmt: skip
+            "ffmpeg_threads": ffmpeg_threads, "cpu_s": cpu_s(children=True) - cpu}  # fmt: skip
 
 
-def _child(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
+def _child(args: argparse.Namespace) -> dict[str, Any]:
     # Every mode starts with torch and cv2 imported, as in the user's program, so the
     # timings compare the work and the memory baselines match.
     import cv2  # noqa: F401
     import torch  # noqa: F401
 
-    before = _cpu_s()
-    result = _child_mode(mode, paths, latency)
-    result.setdefault("cpu_s", _cpu_s() - before)
+    # CPU of this process and its reaped children (torch's workers)
+    before = cpu_s(children=True)
+    result = _child_mode(args.child, args.paths, args.latency_seconds)
+    result.setdefault("cpu_s", cpu_s(children=True) - before)
     return result
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process and its reaped children (torch workers): a figure the
-    load of other work on a shared box changes much less than wall time."""
-    return sum(
-        r.ru_utime + r.ru_stime
-        for r in (resource.getrusage(resource.RUSAGE_SELF),
-                  resource.getrusage(resource.RUSAGE_CHILDREN))
-    )  # fmt: skip
 
 
 def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
@@ -279,14 +270,9 @@ def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
 
 
 def _run_child(mode: str, paths: list[Path], latency: float) -> dict[str, Any]:
-    from edgeload.measure import run_measured
-
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode,
            "--latency-seconds", str(latency), *map(str, paths)]  # fmt: skip
-    out, peak = run_measured(cmd, timeout_s=_TIMEOUT_S)
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_mib"] = peak / 2**20
-    return result
+    return run_child(cmd, timeout_s=_TIMEOUT_S)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -296,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
     hd = make_clips(args.cache, size=(1280, 720), seconds=args.seconds)
     small = make_clips(args.cache, size=(640, 360), seconds=4.0)
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
-                              "-> 640x640 batches of 4", "cpus": os.cpu_count(), "modes": {}}  # fmt: skip
+                              "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+                              "versions": versions(), "modes": {}}  # fmt: skip
     chosen = [m for m in args.modes if m in THROUGHPUT]
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in chosen}
     for _ in range(args.repeats):  # interleaved, so load drifting on a shared box hits all
@@ -317,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
                 1000 * r["cpu_s"] / r["frames"] for r in runs[mode]
             ),
         }
+        if mode == "ceiling":  # which of its two thread settings won each round
+            report["modes"][mode]["ffmpeg_threads_runs"] = [r["ffmpeg_threads"] for r in runs[mode]]
     modes = report["modes"]
     if "ceiling" in modes:
         for m in modes.values():
@@ -335,23 +324,13 @@ def run(args: argparse.Namespace) -> int:
         m = report["modes"][mode]
         print(f"{mode:>17}: age p50 {m['age_p50_ms']:8.1f} ms  p99 {m['age_p99_ms']:8.1f} ms  "
               f"drops {m['drops']}  PSS {m['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
-    print(json.dumps(report, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
-    return 0
+    return finish(report, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.child:
-        result = _child(args.child, args.paths, args.latency_seconds)
-        print(json.dumps(result))
-        return 0
-    return run(args)
+    """Command-line entry point (``--child MODE`` runs one mode)."""
+    return bench_main(argv, doc=__doc__ or "", add_arguments=add_arguments, run=run,
+                      child=_child, hidden=[("paths", {"nargs": "*"})])  # fmt: skip
 
 
 if __name__ == "__main__":
