@@ -124,6 +124,23 @@ class Assembler:
                 self._cond.wait(POLL_INTERVAL_S)
         return None
 
+    def latest_target(self, stream_id: int) -> tuple[float, bool, bool] | None:
+        """Where a ``latest`` frame of ``stream_id`` would go now (cond taken).
+
+        Returns ``(opened_at, replaces, head)``: when the newest open batch opened,
+        whether the frame would replace one of the stream's own there, and whether that
+        batch ships next (no older batch is open); None when no batch is open to take
+        it.  See :class:`edgeload.video.demand.MixedDemand`.
+        """
+        with self._cond:
+            found = self._rules.find(self._opens, stream_id, True)
+            if found is None:
+                return None
+            batch, place = found
+            meta = batch.meta
+            replaces = bool(meta.valid[place] and meta.stream_id[place] == stream_id)
+            return batch.opened_at, replaces, batch is self._opens[0]
+
     def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""
         with self._cond:

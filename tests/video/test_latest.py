@@ -9,7 +9,7 @@ from _media import clip, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
 from edgeload.video.clock import CaptureClock, LiveEdge
-from edgeload.video.demand import Demand
+from edgeload.video.demand import Demand, MixedDemand
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +101,21 @@ def test_demand_opens_one_frame_interval_before_the_consumer_is_due():
     assert demand.wants(1.19, 1 / 30)  # the consumer is late: keep that batch fresh
     demand.asked(1.20)
     assert demand.wants(1.201, 1 / 30)  # the consumer waits: everything ships
+
+
+def test_mixed_demand_converts_just_before_the_newest_batch_changes():
+    newest = {"opened_at": 0.0, "replaces": False, "head": False}
+    demand = MixedDemand(lambda sid: (newest["opened_at"], newest["replaces"], newest["head"]))
+    wants = demand.wants_for(0)
+    assert wants(0.01, 1 / 30)  # no cadence yet: convert
+    for opened_at in (0.1, 0.2, 0.3):  # a newer batch opens every 100 ms
+        newest.update(opened_at=opened_at, replaces=False)
+        wants(opened_at + 0.005, 1 / 30)
+    assert demand.interval_s == pytest.approx(0.1)
+    assert not wants(0.31, 1 / 30)  # an empty place, but older batches ship first
+    newest["replaces"] = True
+    assert not wants(0.34, 1 / 30)  # would replace a frame that is not going anywhere yet
+    assert wants(0.37, 1 / 30)  # the batch changes at 0.40: this frame or the next ships
+    newest.update(head=True, replaces=False, opened_at=0.4)
+    assert wants(0.41, 1 / 30)  # the batch that ships next may seal once this place fills
+    assert MixedDemand(lambda sid: None).wants_for(0)(1.0, 1 / 30)  # none open: it opens one
