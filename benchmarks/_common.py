@@ -65,6 +65,18 @@ def versions() -> dict[str, str]:
     return found
 
 
+def set_ffmpeg_threads(loader: Any, threads: int) -> None:
+    """Give a StreamLoader's streams ``threads`` FFmpeg threads each instead of the plan's
+    (0: FFmpeg's own choice), before it starts: a benchmark-only override, to measure
+    the plan's choice against the others."""
+    import dataclasses
+
+    plan = loader.plan
+    loader.plan = dataclasses.replace(
+        plan, threads=dataclasses.replace(plan.threads, ffmpeg=threads)
+    )
+
+
 def finish(report: dict[str, Any], out: str | None) -> int:
     """Print the report as JSON and save it to ``out`` (when given); the exit status."""
     text = json.dumps(report, indent=2)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
 from benchmarks._common import main as bench_main
 
 CONTENDERS = ("plain", "edgeload", "edgeload-ff1", "edgeload-ff0")
@@ -63,14 +63,11 @@ def _plain(paths: list[str]) -> Any:
 
 
 def _edgeload(paths: list[str], ffmpeg_threads: int | None, info: dict[str, Any]) -> Any:
-    import dataclasses
-
     from edgeload.video import StreamLoader, VideoSource
 
     loader = StreamLoader([VideoSource(p, loop=True) for p in paths], size=OUT, batch=4)
-    if ffmpeg_threads is not None:  # before start(): the readers take it from the plan
-        threads = dataclasses.replace(loader.plan.threads, ffmpeg=ffmpeg_threads)
-        loader.plan = dataclasses.replace(loader.plan, threads=threads)
+    if ffmpeg_threads is not None:
+        set_ffmpeg_threads(loader, ffmpeg_threads)
     info["ffmpeg_threads"] = loader.plan.threads.ffmpeg
     with loader:
         for batch in loader:

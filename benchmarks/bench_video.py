@@ -33,11 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
 from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
 THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
+# The StreamLoader with N FFmpeg threads per stream instead of the plan's (0: FFmpeg's own)
+OVERRIDES = ("edgeload-ff1", "edgeload-ff2", "edgeload-ff0")
 LATENCY = ("latency-edgeload", "latency-fifo")
 OUT = (640, 640)
 _TIMEOUT_S = 600
@@ -47,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared with ``scripts/bench.py video``)."""
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode (median)")
-    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + LATENCY,
+    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + OVERRIDES + LATENCY,
                         default=list(THROUGHPUT + LATENCY))  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
@@ -77,13 +79,18 @@ def make_clips(directory: Path, *, size: tuple[int, int], seconds: float) -> lis
 # --- throughput modes (run in a child process) ---------------------------------------
 
 
-def _edgeload(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
+def _edgeload(
+    paths: list[str], latency: float = 0.0, ffmpeg_threads: int | None = None
+) -> dict[str, Any]:
     from edgeload.video import StreamLoader, VideoSource
 
     live = latency > 0
     sources = [VideoSource(p, realtime=live, loop=live) for p in paths]
     frames, ages, start = 0, [], time.monotonic()
-    with StreamLoader(sources, size=OUT, batch=4) as loader:
+    loader = StreamLoader(sources, size=OUT, batch=4)
+    if ffmpeg_threads is not None:
+        set_ffmpeg_threads(loader, ffmpeg_threads)
+    with loader:
         for batch in loader:
             frames += int(batch.valid.sum())
             if live:
@@ -93,7 +100,8 @@ def _edgeload(paths: list[str], latency: float = 0.0) -> dict[str, Any]:
                 if time.monotonic() - start > latency:
                     break
         drops = loader.stats()["drops"]
-    return {"frames": frames, "seconds": time.monotonic() - start, "ages": ages, "drops": drops}
+    return {"frames": frames, "seconds": time.monotonic() - start, "ages": ages, "drops": drops,
+            "ffmpeg_threads": loader.plan.threads.ffmpeg}  # fmt: skip
 
 
 def _plain(paths: list[str]) -> dict[str, Any]:
@@ -253,6 +261,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
     if mode == "edgeload":
         return _edgeload(paths)
+    if mode in OVERRIDES:
+        return _edgeload(paths, ffmpeg_threads=int(mode.partition("-ff")[2]))
     if mode == "plain":
         return _plain(paths)
     if mode == "threads":
@@ -284,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
                               "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                               "versions": versions(), "modes": {}}  # fmt: skip
-    chosen = [m for m in args.modes if m in THROUGHPUT]
+    chosen = [m for m in args.modes if m in THROUGHPUT + OVERRIDES]
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in chosen}
     for _ in range(args.repeats):  # interleaved, so load drifting on a shared box hits all
         for mode in chosen:
@@ -304,16 +314,21 @@ def run(args: argparse.Namespace) -> int:
                 1000 * r["cpu_s"] / r["frames"] for r in runs[mode]
             ),
         }
-        if mode == "ceiling":  # which of its two thread settings won each round
-            report["modes"][mode]["ffmpeg_threads_runs"] = [r["ffmpeg_threads"] for r in runs[mode]]
+        # FFmpeg threads per stream in each round (the ceiling's: which of its two won)
+        report["modes"][mode]["ffmpeg_threads_runs"] = [r.get("ffmpeg_threads") for r in runs[mode]]
     modes = report["modes"]
     if "ceiling" in modes:
         for m in modes.values():
             m["vs_ceiling"] = m["fps"] / modes["ceiling"]["fps"]
-    if "edgeload" in modes:
-        for peer in ("threads", "plain", "torch-0", "torch-2"):
+    for ours in [m for m in modes if m.startswith("edgeload")]:
+        for peer in ("threads", "plain", "torch-0", "torch-2", "ceiling"):
             if peer in modes:
-                modes["edgeload"][f"vs_{peer}"] = modes["edgeload"]["fps"] / modes[peer]["fps"]
+                # Per round, then the median: a round's load hits both sides alike.
+                modes[ours][f"vs_{peer}_per_round"] = statistics.median(
+                    (a["frames"] / a["seconds"]) / (b["frames"] / b["seconds"])
+                    for a, b in zip(runs[ours], runs[peer])
+                )
+                modes[ours][f"vs_{peer}"] = modes[ours]["fps"] / modes[peer]["fps"]
     for mode in [m for m in args.modes if m in LATENCY]:
         r = _run_child(mode, small, args.latency_seconds)
         report["modes"][mode] = {
