@@ -20,12 +20,11 @@ import numpy as np
 from .._deps import require_torch
 from ..errors import SourceError
 from ..pipeline.prefetch import END
-from ._frame_loop import Sink
+from ._frame_loop import Sink, Wants
 from ._mux import Mux
 from ._stream_table import StreamEntry, StreamTable
 from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
-from .demand import Demand
 from .reader import StreamReader
 from .source import FrameInfo
 from .stats import Telemetry
@@ -60,7 +59,7 @@ def reader_for(
     asm: Assembler,
     running: Callable[[], bool],
     ffmpeg_threads: int,
-    demand: Demand | None,
+    wants_for: Callable[[int, bool], Wants | None],
 ) -> StreamReader:
     """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
     frame the consumer received, and only a network source waits for ``gate``."""
@@ -70,7 +69,7 @@ def reader_for(
         stream_id=stream.sid, sink=make_sink(asm, stream, running),
         ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
         gate=gate if src.network else None,
-        wants=demand.wants if demand is not None and src.policy == "latest" else None,
+        wants=wants_for(stream.sid, src.policy == "latest"),
     )  # fmt: skip
 
 

@@ -5,7 +5,8 @@ slots; its loop runs in the mux thread (``edgeload-video-mux``) and ships each b
 into a bounded :class:`~edgeload.pipeline.prefetch.Prefetcher`, which the consumer's
 ``next()`` reads.  With every stream ``latest`` the queue holds one batch (a newer one
 replaces it) and :class:`~edgeload.video.demand.Demand` lets the readers skip frames
-no batch will ship.
+no batch will ship; beside ``every`` streams, :class:`~edgeload.video.demand.MixedDemand`
+does that for the ``latest`` ones.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from ..errors import ClosedError, WorkerTimeout
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
 from ..pipeline.slots import SlotPool
+from ._frame_loop import Wants
 from .assembler import MAX_OPEN, Assembler, Sealed
-from .demand import Demand
+from .demand import Demand, MixedDemand
 
 
 def _give_back(sealed: Sealed) -> None:
@@ -63,10 +65,12 @@ class Mux:
             name="StreamLoader prefetch",
         )
         prefetch = self.prefetch
-        # Only when every stream is ``latest`` can a frame be known not to ship.
+        # All latest: a frame ships if the consumer takes it. Beside every streams: if
+        # it is the last before its batch stops being the newest.
         self.demand = Demand(lambda: prefetch.stats().depth) if all_latest else None
         self.assembler = Assembler(self._make_pool, batch=batch, deadline_s=deadline_s,
                                    prefetcher=prefetch, active=active, tick=tick)  # fmt: skip
+        self.mixed = None if all_latest else MixedDemand(self.assembler.latest_target)
         self._thread = threading.Thread(
             target=self.assembler.run, name="edgeload-video-mux", daemon=True
         )
@@ -80,6 +84,15 @@ class Mux:
         return SlotPool(self._slot_shape(places), np.uint8, count=count,
                         mode=self._mode,  # type: ignore[arg-type]
                         name="StreamLoader slots", engine=self._engine)  # fmt: skip
+
+    def wants_for(self, stream_id: int, latest: bool) -> Wants | None:
+        """What stream ``stream_id``'s reader asks before converting a frame (only
+        ``latest`` streams skip any)."""
+        if not latest:
+            return None
+        if self.demand is not None:
+            return self.demand.wants
+        return self.mixed.wants_for(stream_id) if self.mixed is not None else None
 
     def start(self) -> None:
         """Start the mux thread."""

@@ -138,7 +138,7 @@ class StreamLoader:
         # close() is then collected, and __del__ stops them.
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=weak_call(self._running, bool),
-            ffmpeg_threads=self.plan.threads.ffmpeg, demand=mux.demand,
+            ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=on_error == "raise",
                                   timeout_s=timeout_s)  # fmt: skip

@@ -119,3 +119,21 @@ def test_mixed_demand_converts_just_before_the_newest_batch_changes():
     newest.update(head=True, replaces=False, opened_at=0.4)
     assert wants(0.41, 1 / 30)  # the batch that ships next may seal once this place fills
     assert MixedDemand(lambda sid: None).wants_for(0)(1.0, 1 / 30)  # none open: it opens one
+
+
+def test_latest_streams_beside_every_streams_convert_only_what_ships(replay):
+    # A 30 fps camera beside a file, a model taking 150 ms: the camera's frame in each
+    # batch is the last one before a newer batch opens; the others never ship.
+    cams = [VideoSource(replay, realtime=True, loop=True, policy="latest"),
+            VideoSource(replay, loop=True, policy="every")]  # fmt: skip
+    with StreamLoader(cams, size=(64, 64)) as loader:
+        for i, _ in enumerate(loader):
+            time.sleep(0.15)
+            if i == 20:
+                break
+        cam, file = loader.stats()["streams"]
+    assert file["unconverted"] == 0
+    assert cam["unconverted"] > cam["delivered"], cam  # decoded, dropped before conversion
+    # About one per delivered frame once the cadence is learnt (converting each would
+    # be 5-6); slack for the first batches and a busy box.
+    assert cam["frames"] <= 3 * cam["delivered"] + 3, cam
