@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 from collections.abc import Callable
 
 _SMOOTHING = 0.3  # weight of the newest consumer interval in the running estimate
@@ -97,7 +98,8 @@ class Demand:
 # (when the newest open batch opened, whether a frame of the stream would replace one of
 # its own there, whether that batch ships next), or None when none is open (the
 # frame's claim opens one).
-Target = Callable[[int], "tuple[float, bool, bool] | None"]
+# (evaluated at import: typing's generics keep it valid on Python 3.8)
+Target = typing.Callable[[int], typing.Optional[typing.Tuple[float, bool, bool]]]
 
 
 class MixedDemand:
