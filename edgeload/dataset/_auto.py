@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from ._settings import LoaderChoice, PlanRequest
+from ..vocabulary import WorkerKind
+from ._settings import LoaderChoice, LoaderWorkerKind, PlanRequest
 
 _log = logging.getLogger("edgeload")
 
@@ -13,8 +14,10 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     """Fill what the user left on ``"auto"`` from ``edgeload.platform.plan.plan_for``."""
     from ..platform.plan import plan_for
 
-    explicit_kind = asked.worker_kind if asked.worker_kind != "auto" else None
-    if explicit_kind is None and asked.start_method is not None:
+    explicit_kind: WorkerKind | None = None
+    if asked.worker_kind == "thread":
+        explicit_kind = "thread"
+    elif asked.worker_kind == "process" or asked.start_method is not None:
         # A start method only means something for processes: the user asked for them.
         explicit_kind = "process"
     explicit_count = asked.num_workers if asked.num_workers != "auto" else None
@@ -30,9 +33,9 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
         memory_mode=None if asked.memory_mode == "auto" or engine_mode else asked.memory_mode,
     )
     count = int(plan.num_workers if explicit_count is None else explicit_count)
-    kind = (
-        "main" if count == 0 else str(plan.worker_kind if explicit_kind is None else explicit_kind)
-    )
+    kind: LoaderWorkerKind = "main"
+    if count > 0:
+        kind = plan.worker_kind if explicit_kind is None else explicit_kind
     pin = asked.pin_memory
     if pin == "auto":
         # Pinning initialises CUDA in this process, after which fork is refused: with

@@ -17,8 +17,9 @@ import signal
 from typing import Any
 
 from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
+from ..vocabulary import WorkerKind
 from ._fetch import Fetcher
-from ._settings import LoaderSettings, start_method_of
+from ._settings import LoaderSettings, LoaderWorkerKind, start_method_of
 from ._tasks import FetchSpec, Result, Task, WorkerStart
 
 # torch's advice when the process runs out of file descriptors (each tensor a worker
@@ -32,7 +33,7 @@ _FD_HINT = (
 
 
 def _init_worker(spec: FetchSpec, info: Any) -> None:
-    info.state["fetcher"] = Fetcher(spec, info.id, mode=info.kind)
+    info.state["fetcher"] = Fetcher(spec, info.id, kind=info.kind)
 
 
 def _run(message: tuple[WorkerStart | None, Task]) -> Result:
@@ -52,7 +53,7 @@ class InlineExecutor:
     """``num_workers=0``: each task runs in the calling thread when submitted."""
 
     def __init__(self, spec: FetchSpec) -> None:
-        self._fetcher = Fetcher(spec, 0, mode="main")
+        self._fetcher = Fetcher(spec, 0, kind="main")
         self._start: WorkerStart | None = None
         self._done: collections.deque[Result] = collections.deque()
 
@@ -79,7 +80,7 @@ class PoolExecutor:
     """``num_workers > 0``: tasks go to a WorkerPool of threads or processes."""
 
     def __init__(
-        self, spec: FetchSpec, *, kind: str, num_workers: int, start_method: str | None
+        self, spec: FetchSpec, *, kind: WorkerKind, num_workers: int, start_method: str | None
     ) -> None:
         from ..pipeline._worker_info import start_method_for
         from ..pipeline.workers import WorkerPool
@@ -93,7 +94,7 @@ class PoolExecutor:
             )
         self._pool = WorkerPool(
             _run,
-            kind=kind,  # type: ignore[arg-type]
+            kind=kind,
             num_workers=num_workers,
             start_method=self.start_method or None,
             init_fn=init_fn,
@@ -182,7 +183,7 @@ class PoolExecutor:
 
 
 def make_executor(
-    spec: FetchSpec, *, kind: str, num_workers: int, context: Any
+    spec: FetchSpec, *, kind: LoaderWorkerKind, num_workers: int, context: Any
 ) -> InlineExecutor | PoolExecutor:
     """The executor for ``num_workers`` workers of ``kind`` (0: the calling thread).
 
@@ -193,7 +194,7 @@ def make_executor(
         context: torch's ``multiprocessing_context``: None, a start method name, or a
             ``multiprocessing`` context.
     """
-    if num_workers == 0:
+    if num_workers == 0 or kind == "main":
         return InlineExecutor(spec)
     return PoolExecutor(
         spec, kind=kind, num_workers=num_workers, start_method=start_method_of(context)

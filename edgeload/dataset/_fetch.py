@@ -18,6 +18,7 @@ import numpy as np
 from .._compat import format_exception
 from . import _collate, _datapipes
 from ._reading import SampleError, SampleReader
+from ._settings import LoaderWorkerKind
 from ._tasks import FetchSpec, Result, Task, WorkerStart
 from ._worker_ctx import enter_worker, outside_worker, restore_rng, snapshot_rng
 
@@ -27,15 +28,15 @@ __all__ = ["FetchSpec", "Fetcher", "Result", "Task", "WorkerStart"]
 class Fetcher:
     """The worker-side state: seeds, worker info, this worker's copy of the dataset."""
 
-    def __init__(self, spec: FetchSpec, worker_id: int, *, mode: str) -> None:
+    def __init__(self, spec: FetchSpec, worker_id: int, *, kind: LoaderWorkerKind) -> None:
         self.spec = spec
         self.worker_id = worker_id
-        self.mode = mode
-        """``"main"`` (num_workers=0: no seeding, no worker info), "thread" or "process"."""
-        self.dataset = _worker_copy(spec.dataset) if mode == "thread" else spec.dataset
+        self.kind = kind
+        """Where it runs; ``"main"`` (num_workers=0) means no seeding and no worker info."""
+        self.dataset = _worker_copy(spec.dataset) if kind == "thread" else spec.dataset
         """This worker's dataset object (``get_worker_info().dataset``)."""
         self._datapipe = _datapipes.is_datapipe(self.dataset)
-        if self._datapipe and mode != "main":
+        if self._datapipe and kind != "main":
             _datapipes.shard(self.dataset, spec.num_workers, worker_id)
         self.info: Any = None
         self._reader = SampleReader(spec, self.dataset, worker_id)
@@ -45,13 +46,13 @@ class Fetcher:
     def start(self, start: WorkerStart) -> None:
         """Seed (once per base seed), run ``worker_init_fn``, open the dataset iterator."""
         spec = self.spec
-        if self.mode != "main" and self._seeded_base != start.base_seed:
+        if self.kind != "main" and self._seeded_base != start.base_seed:
             self.info = enter_worker(
                 self.dataset,
                 worker_id=self.worker_id,
                 num_workers=spec.num_workers,
                 base_seed=start.base_seed,
-                in_process=self.mode == "process",
+                in_process=self.kind == "process",
             )
             self._seeded_base = start.base_seed
             if self._datapipe and start.shared_seed is not None:
@@ -88,9 +89,9 @@ class Fetcher:
             text = "".join(format_exception(err.exc))
             result.error = (err.index, f"{type(err.exc).__name__}: {err.exc}", text)
             result.data = None
-            result.exc = err.exc if self.mode != "process" or _pickles(err.exc) else None
-            kind = type(err.exc)
-            result.exc_type = kind if self.mode != "process" or _pickles(kind) else None
+            result.exc = err.exc if self.kind != "process" or _pickles(err.exc) else None
+            exc_type = type(err.exc)
+            result.exc_type = exc_type if self.kind != "process" or _pickles(exc_type) else None
         result.consumed = self._reader.consumed
         result.rng = None if self.info is None else snapshot_rng(self.info)
         return result
@@ -116,7 +117,7 @@ class Fetcher:
                 if _collate.write_samples(layout, buf, samples):
                     result.data = _collate.read_batch(layout, buf, len(samples))
                     return
-        if self.mode == "thread":
+        if self.kind == "thread":
             # torch's default_collate puts a batch made in a worker into shared memory
             # (one file descriptor per tensor), for the pipe to a worker process; a
             # thread's batch needs none of that.

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Union
 
+from ..vocabulary import WorkerKind
 from ._collate import SlotMap
 from ._sampling import Sampling
+
+LoaderWorkerKind = Union[WorkerKind, Literal["main"]]
+"""Who runs a loader's tasks: worker threads or processes, or ``"main"`` - the calling
+thread, for ``num_workers=0`` (torch's "main process" loading)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,7 @@ class LoaderChoice:
     plan: Any
     """The :class:`~edgeload.platform.plan.Plan` consulted (None before the first plan)."""
     num_workers: int
-    worker_kind: str
-    """``"main"`` (num_workers=0), ``"thread"`` or ``"process"``."""
+    worker_kind: LoaderWorkerKind
     pin_memory: bool
     memory_mode: str
     """Slot memory: the plan's mode (``host`` without CUDA, and for process workers)."""
@@ -97,7 +101,7 @@ class LoaderSettings:
         return self.choice.num_workers
 
     @property
-    def worker_kind(self) -> str:
+    def worker_kind(self) -> LoaderWorkerKind:
         return self.choice.worker_kind
 
     @property
