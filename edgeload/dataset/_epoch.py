@@ -13,7 +13,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Iterator
 
-from ..errors import WorkerError, worker_exception
+from ..errors import WorkerError
+from ..pipeline.failure import Failure, worker_error
 from ..pipeline.lifecycle import release_frames
 from ._sampling import EpochOrder
 from ._settings import LoaderSettings
@@ -151,9 +152,11 @@ class EpochIterator(Iterator[Any]):
 
     def _handle(self, result: Result, slot: Any) -> Any:
         slots = self._slots
-        if result.error is not None:
+        if result.failure is not None:
             slots.release(slot)
-            raise _worker_error(result, result.error, self._settings.worker_kind) from result.exc
+            raise _worker_error(result, result.failure, self._settings.worker_kind) from (
+                result.failure.exc
+            )
         ended = self.progress.record(result, iterable=self._settings.sampling.iterable)
         if ended:  # the worker's stream ended: nothing to yield
             slots.release(slot)
@@ -193,19 +196,17 @@ class EpochIterator(Iterator[Any]):
 _NOTHING = object()
 
 
-def _worker_error(result: Result, error: tuple[Any, str, str], kind: str) -> WorkerError:
+def _worker_error(result: Result, failure: Failure, kind: str) -> WorkerError:
     """The exception for a task whose loading raised, as torch words it."""
-    index, message, text = error
-    w = result.worker_id
+    index, w = result.failed_index, result.worker_id
     where = "the main thread" if kind == "main" else f"DataLoader worker {kind} {w}"
-    name = message.split(":", 1)[0]
-    return worker_exception(
-        result.exc_type,
-        f"Caught {name} in {where} while loading sample {index!r} ({message}).\nOriginal {text}",
-        exc=result.exc,
+    return worker_error(
+        failure,
+        f"Caught {failure.name} in {where} while loading sample {index!r} "
+        f"({failure.name}: {failure.message}).",
         index=index,
         worker=f"{kind}-worker-{w}",
-        traceback_text=text,
+        as_original=True,
     )
 
 

@@ -9,13 +9,12 @@ carries that state, which is what makes a mid-epoch resume exact.
 from __future__ import annotations
 
 import copy
-import pickle
 import types
 from typing import Any
 
 import numpy as np
 
-from .._compat import format_exception
+from ..pipeline.failure import Failure
 from . import _collate, _datapipes
 from ._reading import SampleError, SampleReader
 from ._settings import LoaderWorkerKind
@@ -86,12 +85,10 @@ class Fetcher:
                 except Exception as exc:
                     raise SampleError(task.index, exc) from exc
         except SampleError as err:
-            text = "".join(format_exception(err.exc))
-            result.error = (err.index, f"{type(err.exc).__name__}: {err.exc}", text)
+            # From a process, only what survives pickling can travel.
+            result.failure = Failure.capture(err.exc, pickled=self.kind == "process")
+            result.failed_index = err.index
             result.data = None
-            result.exc = err.exc if self.kind != "process" or _pickles(err.exc) else None
-            exc_type = type(err.exc)
-            result.exc_type = exc_type if self.kind != "process" or _pickles(exc_type) else None
         result.consumed = self._reader.consumed
         result.rng = None if self.info is None else snapshot_rng(self.info)
         return result
@@ -141,11 +138,3 @@ def _worker_copy(dataset: Any) -> Any:
         return copy.copy(dataset)
     except Exception:
         return dataset  # not copyable: every thread uses the one object
-
-
-def _pickles(obj: Any) -> bool:
-    try:
-        pickle.loads(pickle.dumps(obj))
-    except Exception:
-        return False
-    return True

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..pipeline.failure import Failure
 from . import _collate
 
 
@@ -73,11 +74,9 @@ class Result:
     rng: list[Any] | None = None
     consumed: int = 0
     """Iterable datasets: samples this worker has drawn so far."""
-    error: tuple[Any, str, str] | None = None
-    """(index, message, traceback) when loading raised and errors are not skipped."""
+    failure: Failure | None = None
+    """What loading raised, when errors are not skipped: the task yields nothing."""
+    failed_index: Any = None
+    """The sample whose loading raised (the task's index for a collate failure)."""
     empty: bool = False
     """Every sample of the batch was skipped: nothing to yield."""
-    exc: BaseException | None = None
-    """The exception itself, when it can travel (it pickles, or this is a thread)."""
-    exc_type: type[BaseException] | None = None
-    """Its type, when that can travel: the consumer raises one of this type."""

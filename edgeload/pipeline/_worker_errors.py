@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import WorkerError, WorkerTimeout
-from .failure import Failure
+from .failure import Failure, worker_error
 
 __all__ = ["death_error", "task_error", "timeout_error"]
 
@@ -17,12 +17,11 @@ __all__ = ["death_error", "task_error", "timeout_error"]
 def task_error(pool: str, fn_name: str, index: int, who: str, failure: Failure) -> WorkerError:
     """A task (``index`` >= 0) or ``init_fn`` (``index`` < 0) raised ``failure``."""
     what = "init_fn" if index < 0 else f"{fn_name} on item {index}"
-    return WorkerError(
-        f"{pool}: {what} raised {failure.type_name}: {failure.message} (in {who}); "
-        f"worker traceback:\n{failure.traceback_text}",
+    return worker_error(
+        failure,
+        f"{pool}: {what} raised {failure.type_name}: {failure.message} (in {who}).",
         index=None if index < 0 else index,
         worker=who,
-        traceback_text=failure.traceback_text,
     )
 
 

@@ -57,6 +57,25 @@ class KillerDS(Dataset):
         return i
 
 
+class HandleError(Exception):
+    """Carries an open lock, as an error holding a file or socket handle would: the
+    instance cannot be pickled back from a worker process, its type can."""
+
+    def __init__(self, index):
+        super().__init__(f"record {index} unreadable")
+        self.handle = threading.Lock()
+
+
+class HandleErrorDS(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            raise HandleError(i)
+        return i
+
+
 def bad_init(worker_id):
     raise RuntimeError(f"cannot open the shard of worker {worker_id}")
 
@@ -231,3 +250,17 @@ def test_a_dev_shm_too_small_for_process_workers_names_shm_size():
     assert lines[0].startswith("ERROR PlatformError"), out.stdout
     assert "--shm-size" in lines[0] and "worker_kind='thread'" in lines[0]
     assert lines[1] == "AUTO 4 thread"
+
+
+def test_an_error_that_cannot_leave_its_process_still_raises_its_type():
+    # The exception stays in the worker; its type, text and traceback travel.
+    loader = DataLoader(HandleErrorDS(), batch_size=2, **PROCESS)
+    with loader, pytest.raises(HandleError) as info:
+        list(loader)
+    err = info.value
+    assert isinstance(err, WorkerError)
+    assert err.index == 3
+    assert "Caught HandleError in DataLoader worker process 1 while loading sample 3" in str(err)
+    assert "record 3 unreadable" in str(err)
+    assert "raise HandleError(i)" in (err.traceback_text or "")
+    assert err.__cause__ is None
