@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from ..cuda.slot_mode import slot_memory_mode
 from ..vocabulary import WorkerKind
 from ._settings import LoaderChoice, LoaderWorkerKind, PlanRequest
 
@@ -21,42 +22,40 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
         # A start method only means something for processes: the user asked for them.
         explicit_kind = "process"
     explicit_count = asked.num_workers if asked.num_workers != "auto" else None
-    # An explicit mode on an explicit engine was checked against that engine (in the
-    # constructor); the plan judges modes by this machine's probe, which knows no engine.
-    engine_mode = asked.engine is not None and asked.memory_mode != "auto"
+    # The plan proposes this device's memory mode; an asked one is checked below, on
+    # the loader's engine when it has one (the plan's probe knows no engine).
     plan = plan_for(
         batch=asked.batch_size or 1,
         prefetch_bytes=asked.prefetch_bytes,
         worker_kind=explicit_kind,
         # The profile knows no 0 ("load in the calling thread"): ask for 1 and ignore it.
         num_workers=explicit_count or None,
-        memory_mode=None if asked.memory_mode == "auto" or engine_mode else asked.memory_mode,
     )
     count = int(plan.num_workers if explicit_count is None else explicit_count)
     kind: LoaderWorkerKind = "main"
     if count > 0:
         kind = plan.worker_kind if explicit_kind is None else explicit_kind
+    # GPU memory modes cannot be shared with processes: those get host slots.
+    mode, reason = slot_memory_mode(
+        asked.memory_mode,
+        plan.memory_mode,
+        str(plan.reasons.get("memory_mode", "")),
+        engine=asked.engine,
+        shared=kind == "process",
+    )
+    wanted = plan.memory_mode if asked.memory_mode == "auto" else asked.memory_mode
     pin = asked.pin_memory
     if pin == "auto":
         # Pinning initialises CUDA in this process, after which fork is refused: with
         # fork workers that are started again each epoch, auto stays unpinned.
         refork = asked.start_method == "fork" and not asked.persistent_workers
-        pin = plan.memory_mode == "pinned" and not refork
+        pin = wanted == "pinned" and not refork
     elif pin:
         from ._device import gpu_usable
 
         if not gpu_usable(asked.engine):
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
-    mode = str(asked.memory_mode if engine_mode else plan.memory_mode)
-    reason = (
-        f"asked for explicitly, on the {asked.engine.name} engine"
-        if engine_mode
-        else str(plan.reasons.get("memory_mode", ""))
-    )
-    if kind == "process" and mode != "host":
-        # GPU memory modes cannot be shared with processes: those get host slots.
-        mode, reason = "host", "process workers write shared host slots"
     # One slot per task in flight (see LoaderSettings.max_in_flight), one for the batch
     # the user holds and one for the batch being handed over: `for batch in loader`
     # still holds the previous batch while the next is leased.

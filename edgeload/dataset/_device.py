@@ -16,14 +16,10 @@ from ..vocabulary import GPU_MEMORY_MODES
 
 def check_gpu_mode(memory_mode: str, engine: Any) -> None:
     """Raise PlatformError now (in the constructor) if an explicit GPU mode cannot work."""
-    if memory_mode not in GPU_MEMORY_MODES:
-        return
-    if engine is None:
-        from ..cuda.status import check_memory_mode
+    if memory_mode in GPU_MEMORY_MODES:
+        from ..cuda.slot_mode import check_slot_mode
 
-        check_memory_mode(memory_mode)
-    else:
-        engine.check_memory_mode(memory_mode)
+        check_slot_mode(memory_mode, engine)
 
 
 def gpu_usable(engine: Any) -> bool:

@@ -82,19 +82,12 @@ def memory_mode_for(memory_mode: str, device: Any, plan: Any, engine: Any) -> tu
         ProfileError: not a memory mode. PlatformError: the mode needs what this
             machine lacks; the message names the mode that would work.
     """
-    if memory_mode == "auto" and device is None:
-        return "host", "no device= given: frames stay in host memory"
-    if memory_mode == "auto":
-        return plan.memory_mode, plan.reasons["memory_mode"]
-    if memory_mode != "host":
-        _check_slot_mode(memory_mode, engine)
-    return memory_mode, f"set by arguments (the plan: {plan.reasons['memory_mode']})"
+    from ..cuda.slot_mode import slot_memory_mode
 
-
-def _check_slot_mode(mode: str, engine: Any) -> None:
-    from ..cuda.status import MEMORY_MODES, check_memory_mode
-
-    if engine is None or mode not in MEMORY_MODES:
-        check_memory_mode(mode)
-    else:
-        engine.check_memory_mode(mode)
+    return slot_memory_mode(
+        memory_mode,
+        plan.memory_mode,
+        plan.reasons["memory_mode"],
+        engine=engine,
+        to_device=device is not None,
+    )
