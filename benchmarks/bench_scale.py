@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, versions
+from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
 from benchmarks._common import main as bench_main
 
 _TIMEOUT_S = 180
@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, nargs=2, default=[320, 320], help="output W H")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--ffmpeg-threads", type=int, nargs="+", default=[-1],
+                        help="FFmpeg threads per stream to compare (-1: the plan's; "
+                        "0: FFmpeg's own); each N runs with each")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
     parser.add_argument("--out", help="write the results as JSON here")
 
@@ -46,7 +49,10 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     paths, n, size, seconds = args.paths, int(args.child), tuple(args.size), args.seconds
     sources = [VideoSource(paths[i % len(paths)], loop=True) for i in range(n)]
     counts = [0] * n
-    with StreamLoader(sources, size=size, policy="every") as loader:
+    loader = StreamLoader(sources, size=size, policy="every")
+    if args.ffmpeg_threads[0] >= 0:
+        set_ffmpeg_threads(loader, args.ffmpeg_threads[0])
+    with loader:
         warm_until = time.monotonic() + 1.0
         cpu0 = start = None
         for batch in loader:
@@ -60,16 +66,30 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
                 if now - start >= seconds:
                     break
         cpu, span = cpu_s() - (cpu0 or 0.0), time.monotonic() - (start or 0.0)
-        plan = loader.plan.describe()
+        plan, ffmpeg = loader.plan.describe(), loader.plan.threads.ffmpeg
+        threads = len(os.listdir("/proc/self/task"))  # OS threads, FFmpeg's included
     frames = sum(counts)
     return {"n": n, "frames": frames, "span_s": span, "cpu_s": cpu,
-            "rates": [c / span for c in counts], "plan": plan}  # fmt: skip
+            "rates": [c / span for c in counts], "plan": plan, "ffmpeg_threads": ffmpeg,
+            "threads": threads}  # fmt: skip
 
 
-def _run_child(paths: list[Path], n: int, args: argparse.Namespace) -> dict[str, Any]:
+def _run_child(paths: list[Path], n: int, ff: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", str(n), "--seconds",
-           str(args.seconds), "--size", *map(str, args.size), *map(str, paths)]  # fmt: skip
+           str(args.seconds), "--size", *map(str, args.size), "--ffmpeg-threads", str(ff),
+           *map(str, paths)]  # fmt: skip
     return run_child(cmd, timeout_s=_TIMEOUT_S)
+
+
+def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "fps": statistics.median(r["frames"] / r["span_s"] for r in rs),
+        "cpu_ms_per_frame": statistics.median(1000 * r["cpu_s"] / r["frames"] for r in rs),
+        "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
+        "min_max_rate": statistics.median(min(r["rates"]) / max(r["rates"]) for r in rs),
+        "threads": rs[0]["threads"],
+        "plan": rs[0]["plan"],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,15 +97,17 @@ def run(args: argparse.Namespace) -> int:
     from benchmarks.bench_video import make_clips
 
     paths = make_clips(args.cache, size=(640, 360), seconds=4.0)
-    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in args.streams}
+    runs: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
         for n in args.streams:
-            r = _run_child(paths, n, args)
-            runs[n].append(r)
-            print(f"{n:>3} streams: {r['frames'] / r['span_s']:7.1f} frames/s  CPU "
-                  f"{1000 * r['cpu_s'] / r['frames']:5.2f} ms/frame  PSS "
-                  f"{r['peak_pss_mib']:6.0f} MiB  min/max rate "
-                  f"{min(r['rates']) / max(r['rates']):.2f}", flush=True)  # fmt: skip
+            for ff in args.ffmpeg_threads:
+                r = _run_child(paths, n, ff, args)
+                runs.setdefault((ff, n), []).append(r)
+                print(f"{n:>3} streams, ffmpeg {r['ffmpeg_threads']}: "
+                      f"{r['frames'] / r['span_s']:7.1f} frames/s  CPU "
+                      f"{1000 * r['cpu_s'] / r['frames']:5.2f} ms/frame  PSS "
+                      f"{r['peak_pss_mib']:6.0f} MiB  min/max rate "
+                      f"{min(r['rates']) / max(r['rates']):.2f}", flush=True)  # fmt: skip
     w, h = args.size
     report: dict[str, Any] = {
         "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
@@ -93,20 +115,16 @@ def run(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "versions": versions(),
         "slot_place_mib": w * h * 3 / 2**20, "results": {},
     }  # fmt: skip
-    for n, rs in runs.items():
-        report["results"][n] = {
-            "fps": statistics.median(r["frames"] / r["span_s"] for r in rs),
-            "cpu_ms_per_frame": statistics.median(1000 * r["cpu_s"] / r["frames"] for r in rs),
-            "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
-            "min_max_rate": statistics.median(min(r["rates"]) / max(r["rates"]) for r in rs),
-            "plan": rs[0]["plan"],
-        }
-    res = report["results"]
-    ns = sorted(res)
-    for a, b in zip(ns, ns[1:]):
-        res[b]["pss_mib_per_added_stream"] = (res[b]["peak_pss_mib"] - res[a]["peak_pss_mib"]) / (
-            b - a
-        )
+    for ff in args.ffmpeg_threads:
+        # Keyed by N alone for the plan's threads (as before), else "N@ffmpegK".
+        res = {n: _summary(rs) for (f, n), rs in sorted(runs.items()) if f == ff}
+        ns = sorted(res)
+        for a, b in zip(ns, ns[1:]):
+            res[b]["pss_mib_per_added_stream"] = (
+                res[b]["peak_pss_mib"] - res[a]["peak_pss_mib"]
+            ) / (b - a)
+        for n, summary in res.items():
+            report["results"][n if ff < 0 else f"{n}@ffmpeg{ff}"] = summary
     return finish(report, args.out)
 
 
