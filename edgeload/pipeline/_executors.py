@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import WorkerError
 from ._child import Message, run_task
-from ._processes import ProcessExecutor
+from ._processes import ProcessExecutor, start_processes
 from ._worker_info import WorkerInfo, set_current
 from .lifecycle import POLL_INTERVAL_S, join_threads, limit_library_threads, thread_name
 
@@ -139,7 +139,7 @@ def start_executor(
         for info in infos:
             info.stop_event = threads.stop  # one stop for all: they share the process
         return threads
-    return ProcessExecutor(
+    return start_processes(
         fn,
         infos=infos,
         init_fn=init_fn,

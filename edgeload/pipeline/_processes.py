@@ -25,7 +25,7 @@ from ._channel import Channel, Undecodable, wait_ready
 from ._child import Message, process_main
 from .lifecycle import POLL_INTERVAL_S, thread_env, thread_name
 
-__all__ = ["ProcessExecutor"]
+__all__ = ["ProcessExecutor", "start_processes"]
 
 _MIB = 1 << 20
 # After the join timeout, SIGTERM and then SIGKILL each get this long to take effect.
@@ -44,15 +44,20 @@ def _exit_text(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
-def _start(
+def start_processes(
     fn: Callable[[Any], Any],
+    *,
     infos: list[Any],
     init_fn: Callable[[Any], Any] | None,
     start_method: str,
     threads_per_worker: int,
     name: str,
-) -> tuple[list[Channel], list[Any]]:
-    """Start one process per ``infos`` entry; stop those started if one fails."""
+) -> ProcessExecutor:
+    """Start one worker process per ``infos`` entry; stop those started if one fails.
+
+    Raises:
+        ValueError: a process could not start (``fn`` or ``init_fn`` did not pickle).
+    """
     payload: Any = (fn, init_fn)  # fork: the child inherits them, nothing is pickled
     if start_method != "fork":
         # Locks and shared values pickle only while a process is being spawned: if
@@ -88,7 +93,7 @@ def _start(
         child_conn.close()
         channels.append(Channel(parent_conn))
         procs.append(proc)
-    return channels, procs
+    return ProcessExecutor(channels, procs)
 
 
 def _death(wid: int, proc: Any) -> WorkerError:
@@ -150,23 +155,12 @@ class ProcessExecutor:
     a signal is noticed at once.
     """
 
-    def __init__(
-        self,
-        fn: Callable[[Any], Any],
-        *,
-        infos: list[Any],
-        init_fn: Callable[[Any], Any] | None,
-        start_method: str,
-        threads_per_worker: int,
-        name: str,
-    ) -> None:
+    def __init__(self, channels: list[Channel], procs: list[Any]) -> None:
+        self.channels, self.procs = channels, procs
         self.dead: WorkerError | None = None
         self.dead_wid = -1
         self._ready: collections.deque[Message] = collections.deque()
         self._unsent_since: dict[int, float] = {}
-        self.channels, self.procs = _start(
-            fn, infos, init_fn, start_method, threads_per_worker, name
-        )
 
     def send(self, wid: int, index: int, task: Any) -> None:
         """Queue a task for worker ``wid``; never blocks (see the module docstring)."""
