@@ -97,11 +97,11 @@ class HostDevice:
         return owner
 
     def pin(self, engine: Any, tensor: Any) -> Any:
-        """A copy of ``tensor`` in "pinned" memory (counted as a ``pin`` copy)."""
+        """A copy of ``tensor`` in ``engine``'s "pinned" memory (counted as a ``pin`` copy)."""
         torch = require_torch()
         self.copies.add("pin")
         source = tensor.contiguous()
-        owner = self.allocate(engine, "pinned", max(1, source.nbytes), attach_per_stream=False)
+        owner = engine.allocate_slot_memory("pinned", max(1, source.nbytes))
         flat = torch.from_numpy(np.asarray(owner)[: source.nbytes])
         pinned = flat.view(source.dtype).reshape(source.shape)
         pinned.copy_(source)

@@ -120,7 +120,6 @@ class HostEngine:
         )
 
     def pin(self, tensor: Any) -> Any:
-        self.check_memory_mode("pinned")
         return self._device.pin(self, tensor)
 
     def is_device_tensor(self, value: Any) -> bool:
