@@ -6,7 +6,7 @@ import logging
 
 from ..cuda.slot_mode import slot_memory_mode
 from ..vocabulary import WorkerKind
-from ._settings import LoaderChoice, LoaderWorkerKind, PlanRequest
+from ._settings import LoaderChoice, LoaderWorkerKind, PlanRequest, start_method_of
 
 _log = logging.getLogger("edgeload")
 
@@ -18,7 +18,7 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     explicit_kind: WorkerKind | None = None
     if asked.worker_kind == "thread":
         explicit_kind = "thread"
-    elif asked.worker_kind == "process" or asked.start_method is not None:
+    elif asked.worker_kind == "process" or asked.multiprocessing_context is not None:
         # A start method only means something for processes: the user asked for them.
         explicit_kind = "process"
     explicit_count = asked.num_workers if asked.num_workers != "auto" else None
@@ -48,7 +48,8 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     if pin == "auto":
         # Pinning initialises CUDA in this process, after which fork is refused: with
         # fork workers that are started again each epoch, auto stays unpinned.
-        refork = asked.start_method == "fork" and not asked.persistent_workers
+        method = start_method_of(asked.multiprocessing_context)
+        refork = method == "fork" and not asked.persistent_workers
         pin = wanted == "pinned" and not refork
     elif pin:
         from ._device import gpu_usable
@@ -56,9 +57,7 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
         if not gpu_usable(asked.engine):
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
-    # One slot per task in flight (see LoaderSettings.max_in_flight), one for the batch
-    # the user holds and one for the batch being handed over: `for batch in loader`
-    # still holds the previous batch while the next is leased.
+    # As LoaderSettings.max_in_flight counts them, before the prefetch budget.
     in_flight = (2 if asked.prefetch_factor is None else asked.prefetch_factor) * count
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
@@ -68,6 +67,6 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
         pin_memory=bool(pin),
         memory_mode=mode,
         memory_mode_reason=reason,
-        slot_count=max(2, in_flight + 2),
+        in_flight=in_flight,
         prefetch_bytes=asked.prefetch_bytes or int(plan.prefetch_bytes) or None,
     )

@@ -28,9 +28,10 @@ class EpochIterator(Iterator[Any]):
 
     Args:
         settings: the epoch's settings; state: the loader's counters, which it adds to.
-        executor, slots: where tasks run, and the slots their batches go into.
-        order: the epoch's task order; base_seed, shared_seed: the epoch's seeds.
-        resume: the progress part of a saved state, to continue from.
+        executor, slots: where tasks run (each worker already started), and the slots
+            their batches go into.
+        order: the epoch's task order; progress: where in it the epoch is (a resume
+            starts part-way).
         length: ``len(loader)``; len_called: what it returned before this epoch.
         on_end: called with this iterator and whether the epoch was finished (False:
             it was dropped unfinished), so the loader can stop or keep its workers.
@@ -44,9 +45,7 @@ class EpochIterator(Iterator[Any]):
         executor: Any,
         slots: LoaderSlots,
         order: EpochOrder,
-        base_seed: int,
-        shared_seed: int | None,
-        resume: dict[str, Any] | None,
+        progress: EpochProgress,
         length: Callable[[], int],
         len_called: int | None,
         on_end: Callable[[EpochIterator, bool], None],
@@ -56,18 +55,13 @@ class EpochIterator(Iterator[Any]):
         self._length, self._len_called, self._on_end = length, len_called, on_end
         # Taken now: once the pass ends, the pool releases its process objects.
         self._worker_handles = list(getattr(executor, "workers", []))
-        self.progress = EpochProgress(max(1, settings.num_workers))
+        self.progress = progress
         self._num_yielded = 0
         self._pending: dict[int, Result] = {}
         self._in_flight: dict[int, Any] = {}  # position -> slot (or None)
         self._exhausted = self._done = False
         self.skipped = 0
-        if resume is not None:
-            self.progress.load(resume)
-        self._next_pos = self.progress.yielded
-        starts = self.progress.worker_starts(base_seed, shared_seed, settings.sampling.iterable)
-        for w, start in enumerate(starts):
-            executor.start_worker(w, start)
+        self._next_pos = progress.yielded
 
     @property
     def done(self) -> bool:
@@ -161,11 +155,9 @@ class EpochIterator(Iterator[Any]):
         if ended:  # the worker's stream ended: nothing to yield
             slots.release(slot)
             return _NOTHING
-        for index, message in result.skipped:
-            self.skipped += 1
-            self._state.count_skip(
-                index, message, epoch_skips=self.skipped, max_skips=self._settings.max_skips
-            )
+        self.skipped = self._state.count_skips(
+            result.skipped, epoch_skips=self.skipped, max_skips=self._settings.max_skips
+        )
         if result.empty:
             slots.release(slot)
             self.progress.mark_yielded(result.position)

@@ -16,7 +16,7 @@ from ._resume import begin_epoch
 from ._sampling import EpochOrder
 from ._settings import LoaderChoice, LoaderSettings
 from ._slots import LoaderSlots
-from ._state import LoaderState
+from ._state import EpochProgress, LoaderState
 
 
 class EpochRunner:
@@ -26,7 +26,7 @@ class EpochRunner:
         self._state = state
         self._executor: Any = None
         self.slots = LoaderSlots(
-            enabled=False, count=2, budget_bytes=None, shared=False, mode="host"
+            enabled=False, in_flight=0, budget_bytes=None, shared=False, mode="host"
         )
         self._live: weakref.ref[EpochIterator] | None = None
         self._persistent = False
@@ -52,7 +52,7 @@ class EpochRunner:
             install_seed_hooks()
         self.slots = LoaderSlots(
             enabled=slots_enabled,
-            count=choice.slot_count,
+            in_flight=choice.in_flight,
             budget_bytes=choice.prefetch_bytes,
             shared=choice.worker_kind == "process",
             mode=choice.memory_mode,
@@ -72,15 +72,20 @@ class EpochRunner:
             self._executor = make_loader_executor(settings)
             self.start_method = getattr(self._executor, "start_method", "")
             self.start_method_reason = getattr(self._executor, "start_method_reason", "")
+        epoch = EpochProgress(max(1, settings.num_workers))
+        if progress is not None:
+            epoch.load(progress)
+        base_seed = int(self._state.base_seed or 0)
+        starts = epoch.worker_starts(base_seed, shared, settings.sampling.iterable)
+        for w, start in enumerate(starts):
+            self._executor.start_worker(w, start)
         it = EpochIterator(
             settings,
             self._state,
             executor=self._executor,
             slots=self.slots,
             order=order,
-            base_seed=int(self._state.base_seed or 0),
-            shared_seed=shared,
-            resume=progress,
+            progress=epoch,
             length=length,
             len_called=len_called,
             on_end=self._ended,

@@ -8,7 +8,7 @@ epoch, its executor and its workers never read the loader itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Union
 
 from ..vocabulary import WorkerKind
@@ -22,7 +22,8 @@ thread, for ``num_workers=0`` (torch's "main process" loading)."""
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What the user asked of the plan: the loader's settings that ``"auto"`` can fill."""
+    """What the user asked of the plan: the loader's settings that ``"auto"`` can fill,
+    and what they depend on (each field is named after the DataLoader attribute)."""
 
     num_workers: Any
     """A count, or ``"auto"``."""
@@ -33,8 +34,8 @@ class PlanRequest:
     memory_mode: str
     """A memory mode, or ``"auto"``."""
     prefetch_bytes: int | None
-    start_method: str | None
-    """From ``multiprocessing_context``; a start method means processes were asked for."""
+    multiprocessing_context: Any
+    """A start method (or context) means processes were asked for."""
     batch_size: int | None
     prefetch_factor: int | None
     persistent_workers: bool
@@ -54,8 +55,9 @@ class LoaderChoice:
     memory_mode: str
     """Slot memory: the plan's mode (``host`` without CUDA, and for process workers)."""
     memory_mode_reason: str
-    slot_count: int
-    """Slots to make once the layout is known (before the prefetch budget caps them)."""
+    in_flight: int
+    """Most tasks in flight (``prefetch_factor`` per worker), before the prefetch budget
+    caps them; the slots are sized from it once the first batch shows the layout."""
     prefetch_bytes: int | None
     """Bound on the bytes of batches in flight (the user's, else the plan's)."""
 
@@ -67,7 +69,7 @@ UNPLANNED = LoaderChoice(
     pin_memory=False,
     memory_mode="host",
     memory_mode_reason="not planned: the loader was closed before its first iter()",
-    slot_count=2,
+    in_flight=0,
     prefetch_bytes=None,
 )
 """What a loader reports before (and without) a plan."""
@@ -109,11 +111,6 @@ class LoaderSettings:
         """Workers live across epochs (``persistent_workers`` with workers to keep)."""
         return self.persistent_workers and self.num_workers > 0
 
-    @property
-    def slots_enabled(self) -> bool:
-        """Batches may be collated into slots: the default collate with batching."""
-        return self.collate_fn is None and self.sampling.auto_collation
-
     def max_in_flight(self, layout: SlotMap | None) -> int:
         """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
         as torch) per worker, and no more than the prefetch budget of fixed-size batches."""
@@ -125,6 +122,11 @@ class LoaderSettings:
         if layout is not None and budget:
             limit = min(limit, max(1, budget // layout.nbytes))
         return limit
+
+
+def plan_request(loader: Any) -> PlanRequest:
+    """The :class:`PlanRequest` of ``loader``'s attributes as they are now."""
+    return PlanRequest(**{f.name: getattr(loader, f.name) for f in fields(PlanRequest)})
 
 
 def start_method_of(context: Any) -> str | None:

@@ -28,15 +28,16 @@ class LoaderSlots:
         self,
         *,
         enabled: bool,
-        count: int,
+        in_flight: int,
         budget_bytes: int | None,
         shared: bool,
         mode: str,
         engine: Any = None,
     ) -> None:
         self.enabled = enabled
-        self._count = max(2, count)
+        self._in_flight = in_flight
         self._budget_bytes = budget_bytes
+        self._count = 2
         self._shared = shared
         self._mode = mode
         self._engine = engine
@@ -48,11 +49,10 @@ class LoaderSlots:
         if not self.enabled or self.layout is not None:
             return
         from ..pipeline.slots import SlotPool
+        from ..platform.plan import slot_count
 
-        if self._budget_bytes:
-            # The prefetch budget caps the tasks in flight at budget // nbytes (at least
-            # one); one slot each, plus the batch the user holds.
-            self._count = max(2, min(self._count, self._budget_bytes // layout.nbytes + 1))
+        # `for batch in loader` still holds the previous batch while the next is leased.
+        self._count = slot_count(self._in_flight, layout.nbytes, self._budget_bytes)
         # A fixed count (no max_bytes growth): when the user keeps batches, a task
         # without a free slot gets fresh memory, which goes when the batch goes.
         max_bytes = None

@@ -46,17 +46,27 @@ class LoaderState:
     base_seed: int | None = None
     """The live (or last) epoch's base seed; persistent workers keep it."""
 
-    def count_skip(self, index: Any, message: str, *, epoch_skips: int, max_skips: int) -> None:
-        """Count a skipped sample; raise once an epoch has skipped more than ``max_skips``."""
-        self.counters["samples_skipped"] += 1
-        self.skips = [*self.skips[-(SKIP_MEMORY - 1) :], (index, message)]
-        _log.warning("edgeload: DataLoader skipped sample %r: %s", index, message)
-        if epoch_skips > max_skips:
-            raise WorkerError(
-                f"sample {index!r} failed ({message}): {epoch_skips} samples skipped this "
-                f"epoch, more than max_skips={max_skips}; fix the dataset or raise max_skips",
-                index=index,
-            )
+    def count_skips(
+        self, skipped: list[tuple[Any, str]], *, epoch_skips: int, max_skips: int
+    ) -> int:
+        """Count the samples a task skipped; returns the epoch's count so far.
+
+        Raises:
+            WorkerError: the epoch has skipped more than ``max_skips``.
+        """
+        for index, message in skipped:
+            epoch_skips += 1
+            self.counters["samples_skipped"] += 1
+            self.skips = [*self.skips[-(SKIP_MEMORY - 1) :], (index, message)]
+            _log.warning("edgeload: DataLoader skipped sample %r: %s", index, message)
+            if epoch_skips > max_skips:
+                raise WorkerError(
+                    f"sample {index!r} failed ({message}): {epoch_skips} samples skipped "
+                    f"this epoch, more than max_skips={max_skips}; fix the dataset or raise "
+                    "max_skips",
+                    index=index,
+                )
+        return epoch_skips
 
     def finish_epoch(self) -> None:
         self.epoch += 1

@@ -36,7 +36,7 @@ from ._resume import (
 )
 from ._runner import EpochRunner
 from ._sampling import build_sampling
-from ._settings import UNPLANNED, LoaderChoice, LoaderSettings, PlanRequest, start_method_of
+from ._settings import UNPLANNED, LoaderChoice, LoaderSettings, plan_request
 from ._state import LoaderState
 from ._torch_surface import TorchSurface
 from ._worker_ctx import get_worker_info
@@ -215,20 +215,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
         if self._planned == planned:
             return
         self._planned = planned
-        self._choice = resolve_plan(
-            PlanRequest(
-                num_workers=self.num_workers,
-                worker_kind=self.worker_kind,
-                pin_memory=self.pin_memory,
-                memory_mode=self.memory_mode,
-                prefetch_bytes=self.prefetch_bytes,
-                start_method=start_method_of(self.multiprocessing_context),
-                batch_size=self.batch_size,
-                prefetch_factor=self.prefetch_factor,
-                persistent_workers=self.persistent_workers,
-                engine=self.engine,
-            )
-        )
+        self._choice = resolve_plan(plan_request(self))
         slots = self.collate_fn is None and self._sampling.auto_collation
         self._runner.replan(self._choice, slots_enabled=slots, engine=self.engine)
 

@@ -131,6 +131,20 @@ def choose_threads(
     return ffmpeg, max(1, budget - decode), why
 
 
+def slot_count(in_flight: int, slot_bytes: int, budget_bytes: int | None) -> int:
+    """How many slots a loader makes: one per item in flight, one for the batch the
+    consumer holds and one being handed over, no more than ``budget_bytes`` holds
+    (when both sizes are known), and never fewer than 2.
+
+    Both loaders size their slot pools with it: the plan for a workload whose slot
+    size it knows, the DataLoader once its first batch has shown the size.
+    """
+    count = in_flight + 2
+    if slot_bytes and budget_bytes:
+        count = min(count, budget_bytes // slot_bytes)
+    return max(2, count)
+
+
 def choose_prefetch(
     work: Workload, count: int, profile: Profile, platform: Platform, prefetch_bytes: int | None
 ) -> tuple[int, int, str]:
@@ -146,10 +160,11 @@ def choose_prefetch(
             f"within [{format_mib(profile.prefetch_min_bytes)}, {format_mib(profile.prefetch_max_bytes)}]"
         )
     slot_bytes = work.slot_bytes
-    slot_count = max(2, min(budget_bytes // slot_bytes, 2 * count + 2)) if slot_bytes else 2
-    if slot_bytes and slot_count * slot_bytes > budget_bytes:
+    # Two items in flight per worker (or stream); an unknown slot size gets the minimum.
+    slots = slot_count(2 * count, slot_bytes, budget_bytes) if slot_bytes else 2
+    if slot_bytes and slots * slot_bytes > budget_bytes:
         why += f"; 2 slots is the minimum ({format_mib(2 * slot_bytes)})"
-    return budget_bytes, slot_count, why
+    return budget_bytes, slots, why
 
 
 def fit_shm(

@@ -26,12 +26,13 @@ from ._decide import (
     describe_workload,
     fit_shm,
     format_mib,
+    slot_count,
     usable_cores,
 )
 from .facts import Platform
 from .profile import Profile, load_profile
 
-__all__ = ["PROCESS_WORKER_BYTES", "Plan", "Threads", "format_mib", "plan_for"]
+__all__ = ["PROCESS_WORKER_BYTES", "Plan", "Threads", "format_mib", "plan_for", "slot_count"]
 
 
 @dataclass(frozen=True)

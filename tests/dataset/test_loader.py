@@ -29,6 +29,7 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler
 
 import edgeload
 from edgeload import DataLoader
+from edgeload.platform.plan import slot_count
 
 MODES = [
     pytest.param({"num_workers": 0}, id="main"),
@@ -192,6 +193,21 @@ def test_prefetch_bytes_bounds_the_slots_and_batches_in_flight():
         labels = [int(v) for _, lab in loader for v in lab]
         assert labels == list(range(60))
         assert loader.stats()["slots"] == 2
+
+
+def test_the_slots_fit_the_prefetch_budget_as_the_plan_counts_it():
+    batch_bytes = 4 * 3 * 8 * 8 + 64 + 4 * 8  # images, alignment, labels
+    budget = 3 * batch_bytes
+    loader = DataLoader(
+        ImageDS(40), batch_size=4, num_workers=2, worker_kind="thread", prefetch_bytes=budget
+    )
+    with loader:
+        labels = [int(v) for _, lab in loader for v in lab]
+        stats = loader.stats()
+    assert labels == list(range(40))
+    # Four tasks may be in flight, but the budget buys three slots, as in the plan.
+    assert stats["slots"] == slot_count(4, stats["slot_bytes"], budget) == 3
+    assert stats["slots"] * stats["slot_bytes"] <= budget
 
 
 def test_stats_say_which_memory_the_slots_use_and_why():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeload.errors import PlatformError, ProfileError
-from edgeload.platform.plan import plan_for
+from edgeload.platform.plan import plan_for, slot_count
 from edgeload.platform.probe import probe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
@@ -144,3 +144,17 @@ def test_files_get_two_ffmpeg_frame_threads_live_streams_one():
     assert "raised to 2 for files" in files.reasons["threads"]
     one = plan_for(streams=1, platform=platform, live=False)  # 3 spare cores: the rule's 3
     assert one.threads.ffmpeg == 3
+
+
+@pytest.mark.parametrize("in_flight", [0, 1, 4, 8])
+@pytest.mark.parametrize("budget_slots", [None, 1, 3, 5, 20])
+def test_slot_count_is_in_flight_plus_two_within_the_budget(in_flight, budget_slots):
+    slot_bytes = 1000
+    budget = None if budget_slots is None else budget_slots * slot_bytes + 999
+    count = slot_count(in_flight, slot_bytes, budget)
+    assert count >= 2  # the batch the consumer holds, and the one handed over
+    assert count <= max(2, in_flight + 2)
+    if budget is not None and count > 2:
+        assert count * slot_bytes <= budget
+    if budget is None or budget_slots >= in_flight + 2:
+        assert count == in_flight + 2
