@@ -32,8 +32,11 @@ class ThreadExecutor:
         set_current: Callable[[Any], None],
         name: str,
     ) -> None:
-        self.results: queue.Queue[Message] = queue.Queue()
-        self.inboxes: list[queue.Queue[Any]] = [queue.Queue() for _ in infos]
+        # SimpleQueue, not Queue: its put and get are C code, so a Ctrl-C in the
+        # consumer cannot be raised inside Queue's Python lock handling and leave its
+        # mutex held, which hung the next put (issue #13).
+        self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in infos]
         self.stop = threading.Event()
         self.dead_wid = -1
         self.threads = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
 import weakref
@@ -19,7 +20,7 @@ from ..errors import ClosedError, WaitTimeout
 from ._shm import SlotRef
 from .lifecycle import POLL_INTERVAL_S
 
-__all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats"]
+__all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats", "on_drop"]
 
 _log = logging.getLogger("edgeload")
 
@@ -98,8 +99,11 @@ class PoolCore:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.cond = threading.Condition(threading.RLock())  # reentrant: GC may free a
-        # leased view, and so run on_release, while this thread already holds it
+        # Reentrant: GC may free a leased GPU view, and so run on_release, while this
+        # thread already holds it. A plain lock, not a Condition: the consumer's main
+        # thread takes it, and Condition.__enter__/__exit__ are Python code where Ctrl-C
+        # could leave it held for good (issue #13). Producers wait on ``returned``.
+        self.lock = threading.RLock()
         self.backings: list[Backing] = []
         self.arrays: list[np.ndarray] = []
         self.refs: list[SlotRef | None] = []
@@ -113,9 +117,11 @@ class PoolCore:
         self.copies = 0  # leases delivered as copies (SlotStats.copies)
         self.gpu_waits = 0  # acquires that waited for the GPU (SlotStats.gpu_waits)
         self.closed = False
+        # Wakes a producer waiting for a slot: a dropped view's dead weakref, or None.
+        self.returned: queue.SimpleQueue[object] = queue.SimpleQueue()
 
     def check_acquired(self, index: int) -> None:
-        """Raise ValueError unless slot ``index`` is acquired (cond held)."""
+        """Raise ValueError unless slot ``index`` is acquired (lock held)."""
         if index not in self.acquired:
             raise ValueError(
                 f"{self.name}: slot {index} is not acquired; pass a slot from acquire() "
@@ -123,17 +129,18 @@ class PoolCore:
             )
 
     def give_back(self, index: int) -> None:
-        """An acquired slot goes back to ``free`` (cond held)."""
+        """An acquired slot goes back to ``free`` (lock held)."""
         self.check_acquired(index)
         self.acquired.remove(index)
         self.free.append(index)
-        self.cond.notify_all()
+        self.wake()
 
-    def take(self, timeout_s: float | None, grow_one: Callable[[], bool]) -> int:
+    def take(self, timeout_s: float | None, grow_one: Callable[[], bool]) -> Slot:
         """Move a free slot to ``acquired`` and return it, waiting up to ``timeout_s``.
 
-        With no free slot, ``grow_one()`` may add one; free slots the GPU still reads
-        are waited for instead (cond held).
+        With no free slot, ``grow_one()`` (called with the lock held) may add one; free
+        slots the GPU still reads are waited for instead. Call without the lock: the
+        wait is outside it, on ``returned``.
 
         Raises:
             ClosedError: the pool closed (also while waiting).
@@ -142,43 +149,48 @@ class PoolCore:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         waited_for_gpu = False
         while True:
-            if self.closed:
-                raise ClosedError(f"{self.name}: acquire() after close()")
-            index = self.take_free()
-            if index is not None:
-                self.acquired.add(index)
-                return index
-            # Free slots the GPU still reads are waited for, not grown around: the
-            # GPU is the bottleneck, and more memory would not make it faster.
-            gpu_busy = bool(self.free)
-            if gpu_busy and not waited_for_gpu:
-                waited_for_gpu = True
-                self.gpu_waits += 1
-            if not gpu_busy and grow_one():
-                continue
-            poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
-            left = poll if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(
-                    f"{self.name}: no free slot within {timeout_s} s ({len(self.views)} "
-                    f"slots: {len(self.acquired)} being filled, {len(self.leased)} held "
-                    f"by the consumer, {len(self.free)} still read by the GPU); release "
-                    "batches sooner or raise max_bytes"
-                )
-            self.cond.wait(min(left, poll))
+            with self.lock:
+                if self.closed:
+                    raise ClosedError(f"{self.name}: acquire() after close()")
+                self.collect()
+                index = self.take_free()
+                if index is not None:
+                    self.acquired.add(index)
+                    return Slot(index, self.arrays[index], self.refs[index])
+                # Free slots the GPU still reads are waited for, not grown around: the
+                # GPU is the bottleneck, and more memory would not make it faster.
+                gpu_busy = bool(self.free)
+                if gpu_busy and not waited_for_gpu:
+                    waited_for_gpu = True
+                    self.gpu_waits += 1
+                if not gpu_busy and grow_one():
+                    continue
+                poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
+                left = poll if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(
+                        f"{self.name}: no free slot within {timeout_s} s ({len(self.views)} "
+                        f"slots: {len(self.acquired)} being filled, {len(self.leased)} held "
+                        f"by the consumer, {len(self.free)} still read by the GPU); release "
+                        "batches sooner or raise max_bytes"
+                    )
+            try:  # noqa: SIM105 - suppress() is Python code, where Ctrl-C could chain onto Empty
+                self.returned.get(timeout=min(left, poll))
+            except queue.Empty:
+                pass
 
     def lease(self, index: int, view: np.ndarray) -> None:
-        """Slot ``index`` is ``leased`` until ``view``'s buffer dies (cond held)."""
+        """Slot ``index`` is ``leased`` until ``view``'s buffer dies (lock held)."""
         base = view.base
         if not isinstance(base, np.ndarray):  # pragma: no cover - numpy invariant
             raise TypeError("slot view has no ndarray base")
         self.acquired.remove(index)
         if self.guard is not None:
             self.lease_streams[index] = self.guard.consumer_stream()
-        self.leased[index] = weakref.ref(base, Releaser(self, index))
+        self.leased[index] = weakref.ref(base, on_drop(self, index))
 
     def copy_out(self, index: int, *, reserve: int, max_bytes: int | None) -> np.ndarray:
-        """Deliver acquired slot ``index`` as a copy and free it at once (cond held)."""
+        """Deliver acquired slot ``index`` as a copy and free it at once (lock held)."""
         copy = self.arrays[index].copy()
         self.give_back(index)
         self.copies += 1
@@ -195,7 +207,8 @@ class PoolCore:
         return copy
 
     def snapshot(self, *, nbytes: int) -> SlotStats:
-        """The slot counts now (cond held)."""
+        """The slot counts now (lock held)."""
+        self.collect()
         return SlotStats(
             count=len(self.views),
             free=len(self.free),
@@ -208,15 +221,38 @@ class PoolCore:
         )
 
     def on_release(self, index: int) -> None:
-        with self.cond:
-            if self.leased.pop(index, None) is None or self.closed:
-                return
-            stream = self.lease_streams.pop(index, None)
-            if self.guard is not None and not self.guard.fence(self.arrays[index], stream):
-                self.retired.add(index)
-                return
-            self.free.append(index)
-            self.cond.notify_all()
+        with self.lock:
+            if self._take_back(index):
+                self.wake()
+
+    def _take_back(self, index: int) -> bool:
+        """Slot ``index``'s view is gone: free it (or retire it); whether it is free."""
+        if self.leased.pop(index, None) is None or self.closed:
+            return False
+        stream = self.lease_streams.pop(index, None)
+        if self.guard is not None and not self.guard.fence(self.arrays[index], stream):
+            self.retired.add(index)
+            return False
+        self.free.append(index)
+        return True
+
+    def wake(self) -> None:
+        """Wake one producer waiting for a slot (one came back)."""
+        self.returned.put(None)
+
+    def collect(self) -> None:
+        """Take back the slots whose views are gone (lock held).
+
+        The dead weak reference is the record, not the wake-up on ``returned``, so a
+        wake-up lost to an interrupt loses no slot.
+        """
+        while True:
+            try:
+                self.returned.get_nowait()
+            except queue.Empty:
+                break
+        for index in [i for i, ref in self.leased.items() if ref() is None]:
+            self._take_back(index)
 
     def take_free(self) -> int | None:
         """Pop a free slot the GPU no longer reads (newest first), or None."""
@@ -228,7 +264,7 @@ class PoolCore:
         return None
 
     def close(self) -> None:
-        with self.cond:
+        with self.lock:
             self.closed = True
             self.free.clear()
             self.acquired.clear()
@@ -236,7 +272,7 @@ class PoolCore:
             self.retired.clear()
             self.lease_streams.clear()
             self.arrays.clear()
-            self.cond.notify_all()
+            self.wake()
             backings, self.backings = self.backings, []
         for backing in backings:
             backing.close()
@@ -252,3 +288,16 @@ class Releaser:
 
     def __call__(self, _ref: object) -> None:
         self._core.on_release(self._index)
+
+
+def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
+    """The weak-reference callback for a leased view of slot ``index``.
+
+    It runs in whichever thread drops the last reference, usually the consumer's main
+    thread, and any Python code there is a point where Ctrl-C's KeyboardInterrupt can
+    be raised; raised inside a weakref callback, it is printed as "Exception ignored"
+    and lost, and the program runs on (issue #13). So a host slot's callback is C code
+    only, ``SimpleQueue.put``: it wakes a waiting producer, and ``collect`` takes the
+    slot back. A GPU slot is fenced on the dropping thread's stream, which needs Python.
+    """
+    return Releaser(core, index) if core.guard is not None else core.returned.put

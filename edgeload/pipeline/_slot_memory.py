@@ -143,14 +143,14 @@ class SlotStore:
         return len(self._core.views)
 
     def grow_one(self) -> bool:
-        """Add one slot if it fits within ``max_bytes``; whether it did (core's cond held)."""
+        """Add one slot if it fits within ``max_bytes``; whether it did (core's lock held)."""
         if self.max_bytes is None or (self.count + 1) * self.slot_nbytes > self.max_bytes:
             return False
         self.grow(1)
         return True
 
     def grow(self, count: int) -> None:
-        """Allocate ``count`` more slots, all free (core's cond held, or before use)."""
+        """Allocate ``count`` more slots, all free (core's lock held, or before use)."""
         core = self._core
         nbytes = count * self.slot_nbytes
         if self._allocator is not None:

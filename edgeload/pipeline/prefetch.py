@@ -12,6 +12,7 @@ End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -110,7 +111,16 @@ class Prefetcher(Generic[T]):
         self._items = HeldItems(max_items, max_bytes, END)
         self._ended = False
         self._state = State.OPEN
-        self._cond = threading.Condition(threading.Lock())
+        # The consumer is often the main thread, where Ctrl-C raises KeyboardInterrupt
+        # at any Python call. So it enters ``_lock`` directly (a C lock's ``with``
+        # cannot be interrupted between taking it and its ``try``, unlike
+        # ``Condition.__enter__``) and waits on ``_arrived`` holding no lock (a C
+        # ``get``, unlike ``Condition.wait``, cannot leave the lock held or released
+        # twice): an interrupt leaves the queue closable (issue #13). Producers, in
+        # edgeload's own threads, wait for room on ``_cond``.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._arrived: queue.SimpleQueue[None] = queue.SimpleQueue()
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -155,7 +165,7 @@ class Prefetcher(Generic[T]):
                 "raise max_bytes (the prefetch budget) or use smaller batches"
             )
         dropped: list[T] = []
-        with self._cond:
+        with self._lock:
             self._check_open("put()")
             if self._ended:
                 raise ValueError(f"{self.name}: put() after put_end()")
@@ -165,7 +175,7 @@ class Prefetcher(Generic[T]):
             else:
                 self._wait_for(lambda: self._items.fits(nbytes), timeout_s, "put")
             self._items.append(item, nbytes)
-            self._cond.notify_all()
+            self._wake_consumer()
         if self._on_drop is not None:
             for old in dropped:
                 self._on_drop(old)
@@ -176,12 +186,12 @@ class Prefetcher(Generic[T]):
         Raises:
             ClosedError: the queue is closed.
         """
-        with self._cond:
+        with self._lock:
             self._check_open("put_end()")
             if not self._ended:
                 self._ended = True
                 self._items.append(END, 0)
-                self._cond.notify_all()
+                self._wake_consumer()
 
     def get(self, *, timeout_s: float | None = None) -> T | _End:
         """Remove and return the oldest item, or END once the stream ended.
@@ -193,18 +203,38 @@ class Prefetcher(Generic[T]):
             ClosedError: the queue is closed (also while waiting).
             WorkerTimeout: nothing arrived within ``timeout_s``.
         """
-        with self._cond:
-            self._check_open("get()")
-            self._wait_for(lambda: bool(self._items), timeout_s, "get")
-            head: T | _End = self._items.first()
-            if head is END:
-                return head  # END stays, so every later get also sees it
-            item: T = self._items.pop()
-            self._cond.notify_all()
-            return item
+        start: float | None = None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                self._check_open("get()")
+                now = time.monotonic()
+                if self._items:
+                    if start is not None:
+                        self._items.add_wait("get", now - start)
+                    head: T | _End = self._items.first()
+                    if head is END:
+                        return head  # END stays, so every later get also sees it
+                    item: T = self._items.pop()
+                    self._cond.notify_all()
+                    return item
+                start = now if start is None else start
+                left = POLL_INTERVAL_S if deadline is None else deadline - now
+                if left <= 0:
+                    self._items.add_wait("get", now - start)
+                    raise _timed_out(self.name, "get", timeout_s, self._items)
+            try:  # noqa: SIM105 - suppress() is Python code, where Ctrl-C could chain onto Empty
+                self._arrived.get(timeout=min(left, POLL_INTERVAL_S))
+            except queue.Empty:
+                pass
+
+    def _wake_consumer(self) -> None:
+        """Wake a consumer waiting in ``get`` (lock held); one wake-up waits at most."""
+        if self._arrived.empty():
+            self._arrived.put(None)
 
     def _wait_for(self, ready: Callable[[], bool], timeout_s: float | None, op: str) -> None:
-        """Wait on the condition (held) until ``ready()``; account the wait to ``op``."""
+        """Wait on the condition (held) until ``ready()``; a producer's wait for room."""
         if ready():
             return
         start = time.monotonic()
@@ -221,19 +251,20 @@ class Prefetcher(Generic[T]):
 
     def stats(self) -> PrefetchStats:
         """Return a snapshot of the counters."""
-        with self._cond:
+        with self._lock:
             return self._items.stats()
 
     def drain(self) -> list[T]:
         """Remove and return every held item (not END), e.g. to release their slots."""
-        with self._cond:
+        with self._lock:
             items: list[T] = self._items.drain()
             self._cond.notify_all()
             return items
 
     def close(self) -> None:
         """Wake every waiter with ClosedError and drop held items; idempotent."""
-        with self._cond:
+        with self._lock:
             self._state = State.CLOSED
             self._items.clear()
             self._cond.notify_all()
+            self._wake_consumer()

@@ -151,9 +151,7 @@ class SlotPool:
             ClosedError: the pool is closed (also while waiting).
             WaitTimeout: no slot came free within ``timeout_s`` (a TimeoutError).
         """
-        with self._core.cond:
-            index = self._core.take(timeout_s, self._store.grow_one)
-            return Slot(index, self._core.arrays[index], self._core.refs[index])
+        return self._core.take(timeout_s, self._store.grow_one)
 
     def release(self, slot: Slot) -> None:
         """Give an acquired slot back unused (an error, a dropped item); no-op after close.
@@ -161,7 +159,7 @@ class SlotPool:
         Raises:
             ValueError: the slot is not currently acquired from this pool.
         """
-        with self._core.cond:
+        with self._core.lock:
             if not self._core.closed:
                 self._core.give_back(slot.index)
 
@@ -180,8 +178,9 @@ class SlotPool:
             ValueError: the slot is not currently acquired from this pool.
         """
         core = self._core
-        with core.cond:
+        with core.lock:
             self._check_open("lease()")
+            core.collect()
             core.check_acquired(slot.index)
             while self._starves() and self._store.grow_one():
                 pass
@@ -197,7 +196,7 @@ class SlotPool:
 
     def stats(self) -> SlotStats:
         """Return a snapshot of the pool's slot counts."""
-        with self._core.cond:
+        with self._core.lock:
             return self._core.snapshot(nbytes=self.count * self.slot_nbytes)
 
     def close(self) -> None:
