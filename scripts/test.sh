@@ -16,7 +16,11 @@ say "Python 3.8 gate (JetPack 5): vermin and scripts/check_py38.py"
 say "mypy"
 "$venv/bin/mypy"
 say "pytest"
-"$venv/bin/python" -m pytest "$@"
+# Two test processes: much of the suite waits on real timeouts, worker start-up and
+# cameras, so two halve the wall time even on a 2-core box (EDGELOAD_TEST_WORKERS=0 runs
+# one). Files stay whole on one process, so module fixtures (clips, servers) are made once.
+# pytest-benchmark turns itself off under xdist with a warning; the tests do not use it.
+"$venv/bin/python" -m pytest -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:benchmark "$@"
 
 # The GStreamer path (tests/video/test_gst.py) needs an OpenCV with GStreamer: Debian's
 # python3-opencv, in .venv-gst made from the system Python (edgeload editable, no deps).

@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from edgeload.errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
@@ -244,6 +245,7 @@ def test_bad_arguments_name_the_value():
 _CTRL_C_SCRIPT = """
 import sys, threading, time
 import numpy as np
+import psutil
 from edgeload.pipeline.slots import SlotPool, attach
 from edgeload.pipeline.prefetch import Prefetcher
 from edgeload.pipeline.workers import WorkerPool
@@ -402,11 +404,20 @@ def test_a_worker_that_stops_reading_makes_get_raise_naming_it():
             os.kill(victim, signal.SIGCONT)
 
 
+def _wait_until_stopped(pid: int, *, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, f"worker {pid} never stopped itself"
+        time.sleep(0.05)
+
+
 def test_a_worker_that_stops_half_way_through_a_result_makes_get_raise_naming_it():
     with WorkerPool(big_result_then_stop, kind="process", timeout_s=60, name="mute") as pool:
         pool.submit(None)
         victim = pool.pids[0]
-        time.sleep(2.0)  # the worker stops itself 1 s in, mid-write
+        # The worker stops itself 1 s after it starts the task, mid-write; on a loaded
+        # box its start-up alone can take seconds, so wait for the stop, not a guess.
+        _wait_until_stopped(victim, within_s=60.0)
         try:
             t0 = time.monotonic()
             with pytest.raises(WorkerTimeout, match=rf"pid {victim}\); it stopped after writing"):
