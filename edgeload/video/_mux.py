@@ -117,12 +117,13 @@ class Mux:
             except ClosedError:
                 return None
             except TimeoutError:
-                if time.monotonic() > deadline:
-                    raise WorkerTimeout(
-                        f"StreamLoader: no batch within timeout_s={timeout_s} s; stream "
-                        f"states {phases()}; see stats() for errors, or raise timeout_s=",
-                        worker="edgeload-video-mux",
-                    ) from None
+                pass  # nothing else in the handler: a Ctrl-C raised in it prints two tracebacks
+            if time.monotonic() > deadline:
+                raise WorkerTimeout(
+                    f"StreamLoader: no batch within timeout_s={timeout_s} s; stream "
+                    f"states {phases()}; see stats() for errors, or raise timeout_s=",
+                    worker="edgeload-video-mux",
+                )
 
     def stop(self) -> None:
         """Make the mux loop and the readers' waiting claims return within a poll."""

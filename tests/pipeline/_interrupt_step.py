@@ -1,7 +1,8 @@
 """Run by test_interrupt_points.py: Ctrl-C at each point of one loader step, in turn.
 
 ``python _interrupt_step.py KIND VIDEO`` builds a fresh loader per trial (``streams``:
-a StreamLoader over two looping copies of VIDEO; ``thread`` / ``process``: the
+a StreamLoader over two looping copies of VIDEO; ``streams-waiting``: one copy replayed
+at its frame rate, so the consumer waits for each batch; ``thread`` / ``process``: the
 DataLoader with two such workers), takes three batches, then raises KeyboardInterrupt
 at point k of the fourth ``next()`` (k = 1, 2, ... until the step has fewer points).
 A point is where CPython can run a signal handler in the main thread: a Python
@@ -45,9 +46,12 @@ class Interrupt:
 
 
 def make_loader(kind: str, video: str):
-    if kind == "streams":
+    if kind.startswith("streams"):
         from edgeload.video import StreamLoader, VideoSource
 
+        if kind == "streams-waiting":  # one 30 fps camera, batches of 4: get() times out
+            return StreamLoader([VideoSource(video, loop=True, realtime=True)], size=(64, 48),
+                                batch=4, deadline_ms=1000)  # fmt: skip
         sources = [VideoSource(video, loop=True), VideoSource(video, loop=True)]
         return StreamLoader(sources, size=(64, 48), batch=2)
     import numpy as np
@@ -74,7 +78,7 @@ def trial(kind: str, video: str, k: int) -> tuple[str, float, str]:
     loader = make_loader(kind, video)
     outcome, raised_at = "not interrupted", time.monotonic()
     try:
-        with loader if kind == "streams" else contextlib.nullcontext():
+        with loader if kind.startswith("streams") else contextlib.nullcontext():
             it = iter(loader)
             for _ in range(3):
                 held["batch"] = next(it)
@@ -90,7 +94,7 @@ def trial(kind: str, video: str, k: int) -> tuple[str, float, str]:
     except BaseException as exc:
         outcome = f"{type(exc).__name__}: {exc}"
     outcome = outcome.replace(" ", "_")
-    if kind != "streams":
+    if not kind.startswith("streams"):
         it = None  # the DataLoader's iterator ends with its last reference
     held.clear()
     loader = None

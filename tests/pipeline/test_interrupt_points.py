@@ -78,5 +78,8 @@ def test_ctrl_c_at_every_point_of_a_step_is_raised_and_the_loader_closes(kind, v
 
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
-def test_ctrl_c_at_every_point_of_a_step_with_process_workers(video, tmp_path):
-    check("process", run_points("process", video, tmp_path))
+@pytest.mark.parametrize("kind", ["process", "streams-waiting"])
+def test_ctrl_c_at_every_point_of_a_slower_step(kind, video, tmp_path):
+    # Process workers start in seconds; a consumer waiting for a camera loops in its
+    # poll. Both take minutes over every point on a loaded box: the long run has them.
+    check(kind, run_points(kind, video, tmp_path))
