@@ -77,7 +77,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 def _run_child(paths: list[Path], n: int, ff: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", str(n), "--seconds",
            str(args.seconds), "--size", *map(str, args.size), "--ffmpeg-threads", str(ff),
-           *map(str, paths)]  # fmt: skip
+           "--", *map(str, paths)]  # fmt: skip
     return run_child(cmd, timeout_s=_TIMEOUT_S)
 
 
