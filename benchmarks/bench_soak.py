@@ -6,14 +6,22 @@ replayed at their frame rate), consumed by one thread; and a DataLoader with 2 p
 workers (fresh each epoch, so worker start, shared slots and exit are exercised on every
 epoch) in the main thread, epoch after epoch.
 
-After every epoch it reads this process's PSS, its open file descriptors, its threads
-and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments, and prints a reading every
-``--interval-s``. At the end it fits a line over the second half of the readings (one
-per epoch: PSS moves by +-10 MiB with the epoch's phase, so a few readings a minute
-cannot resolve 1 MiB/min) (the first half includes warm-up:
-allocator arenas, decoder buffers) and fails if PSS grows by 1 MiB/min or more, or open
-files, threads or shared bytes grow at all (slope of 0.5 per minute or more for counts;
-any growth for shared bytes).
+After every epoch it reads this process's PSS, split into its anonymous part (heap,
+malloc arenas, thread stacks: memory only this process can grow) and its file-backed
+part (the pages of libtorch, cv2, FFmpeg and Python's own libraries), its open file
+descriptors, its threads and the bytes of its ``/dev/shm/edgeload-<pid>-*`` segments,
+and prints a reading every ``--interval-s``. At the end it fits a line over the second
+half of the readings (one per epoch: PSS moves by +-10 MiB with the epoch's phase, so a
+few readings a minute cannot resolve 1 MiB/min) (the first half includes warm-up:
+allocator arenas, decoder buffers, code pages run for the first time) and fails if the
+anonymous PSS grows by 1 MiB/min or more, or open files, threads or shared bytes grow
+at all (slope of 0.5 per minute or more for counts; any growth for shared bytes).
+
+Why anonymous PSS decides: a shared library's pages count in PSS divided by the number
+of processes mapping them, so the file-backed part rises and falls as other processes
+that load torch or cv2 (this run's own DataLoader workers, anything else on the box)
+come and go; on the shared development box it moved 10 MiB in minutes while the heap
+moved 0.1 MiB. Total PSS and its file-backed part are printed beside it.
 """
 
 from __future__ import annotations
@@ -103,8 +111,26 @@ def _shm_bytes() -> int:
     return total
 
 
+def _rollup() -> dict[str, float]:
+    """``Pss_Anon`` and ``Pss_File`` of this process in MiB (Linux 5.x smaps_rollup).
+
+    Without those lines (older kernels) the anonymous part is the whole PSS.
+    """
+    fields: dict[str, float] = {}
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
+                    fields[key] = float(rest.split()[0]) / 1024
+    except OSError:
+        pass
+    return fields
+
+
 def sample() -> dict[str, float]:
-    """One reading: this process's PSS (MiB), open fds, OS threads, /dev/shm bytes.
+    """One reading: this process's PSS (MiB; anonymous and file-backed), open fds, OS
+    threads, /dev/shm bytes.
 
     PSS is this process's own: the tree would also hold the RTSP server this run
     restarts every cut and the DataLoader workers of whichever epoch is running, whose
@@ -113,8 +139,12 @@ def sample() -> dict[str, float]:
     """
     import psutil
 
+    pss = psutil.Process().memory_full_info().pss / 2**20
+    rollup = _rollup()
     return {
-        "pss_mib": psutil.Process().memory_full_info().pss / 2**20,
+        "pss_mib": pss,
+        "pss_anon_mib": rollup.get("Pss_Anon", pss) + rollup.get("Pss_Shmem", 0.0),
+        "pss_file_mib": rollup.get("Pss_File", 0.0),
         "fds": float(len(os.listdir("/proc/self/fd"))),
         "threads": float(len(os.listdir("/proc/self/task"))),
         "shm_bytes": float(_shm_bytes()),
@@ -139,7 +169,7 @@ def verdict(rows: list[tuple[float, dict[str, float]]]) -> tuple[dict[str, float
     times = [t for t, _ in half]
     slopes = {k: slope_per_min(times, [r[k] for _, r in half]) for k in half[0][1]}
     limits = {
-        "pss_mib": PSS_SLOPE_MIB_PER_MIN,
+        "pss_anon_mib": PSS_SLOPE_MIB_PER_MIN,
         "fds": COUNT_SLOPE_PER_MIN,
         "threads": COUNT_SLOPE_PER_MIN,
         "shm_bytes": 1.0,
@@ -211,8 +241,9 @@ def run(args: argparse.Namespace) -> int:
         end = began + args.minutes * 60
         next_sample = began
         rows: list[tuple[float, dict[str, float]]] = []
-        print(f"{'t s':>6} {'PSS MiB':>8} {'fds':>5} {'threads':>7} {'shm KiB':>8} "
-              f"{'epochs':>6} {'batches':>7} {'cuts':>4} {'reconnects':>10}", flush=True)  # fmt: skip
+        print(f"{'t s':>6} {'PSS MiB':>8} {'anon':>6} {'file':>6} {'fds':>5} {'threads':>7} "
+              f"{'shm KiB':>8} {'epochs':>6} {'batches':>7} {'cuts':>4} {'reconnects':>10}",
+              flush=True)  # fmt: skip
         try:
             while True:
                 now = time.monotonic()
@@ -221,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
                 rows.append((now - began, row))  # one reading per epoch for the fit
                 if now >= next_sample:
                     print(
-                        f"{now - began:>6.0f} {row['pss_mib']:>8.1f} {row['fds']:>5.0f} "
+                        f"{now - began:>6.0f} {row['pss_mib']:>8.1f} {row['pss_anon_mib']:>6.1f} "
+                        f"{row['pss_file_mib']:>6.1f} {row['fds']:>5.0f} "
                         f"{row['threads']:>7.0f} {row['shm_bytes'] / 1024:>8.0f} "
                         f"{counts['epochs']:>6} {counts['batches']:>7} "
                         f"{counts['cuts']:>4} "
@@ -251,6 +283,10 @@ def run(args: argparse.Namespace) -> int:
         + f" ({len(rows) - len(rows) // 2} samples; {counts['epochs']} epochs, "
         f"{counts['batches']} stream batches, {counts['cuts']} camera cuts, "
         f"{args.minutes:g} min)"
+    )
+    print(
+        "PSS is anonymous (heap, arenas, stacks: the verdict) plus file-backed (shared "
+        "library pages, whose PSS share moves as other processes that map them come and go)"
     )
     if grew:
         print("FAIL: " + "; ".join(grew))
