@@ -22,8 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _media import clip, media_dir
+
+from edgeload.pipeline.slots import SlotPool
 
 SCRIPT = Path(__file__).with_name("_interrupt_step.py")
 CLOSE_WITHIN_S = 10.0  # a close normally takes well under a second: 10x and more
@@ -83,3 +86,23 @@ def test_ctrl_c_at_every_point_of_a_slower_step(kind, video, tmp_path):
     # Process workers start in seconds; a consumer waiting for a camera loops in its
     # poll. Both take minutes over every point on a loaded box: the long run has them.
     check(kind, run_points(kind, video, tmp_path))
+
+
+def test_dropping_a_leased_batch_runs_no_python_code_and_its_slot_comes_back():
+    # The drop runs in the consumer's thread; a Python frame there is a point where
+    # Ctrl-C is raised and, inside a weakref callback, lost.
+    pool = SlotPool((4, 4), np.uint8, count=3)
+    try:
+        view = pool.lease(pool.acquire(timeout_s=1.0))
+        entered: list[str] = []
+        sys.setprofile(lambda frame, event, arg: entered.append(frame.f_code.co_name)
+                       if event == "call" else None)  # fmt: skip
+        try:
+            del view
+        finally:
+            sys.setprofile(None)
+        assert entered == []
+        stats = pool.stats()
+        assert (stats.leased, stats.free) == (0, 3)
+    finally:
+        pool.close()
