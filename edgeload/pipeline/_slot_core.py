@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import threading
 import time
 import weakref
@@ -18,7 +17,7 @@ import numpy as np
 
 from ..errors import ClosedError, WaitTimeout
 from ._shm import SlotRef
-from .lifecycle import POLL_INTERVAL_S
+from .lifecycle import POLL_INTERVAL_S, Wakeups
 
 __all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats", "on_drop"]
 
@@ -117,8 +116,7 @@ class PoolCore:
         self.copies = 0  # leases delivered as copies (SlotStats.copies)
         self.gpu_waits = 0  # acquires that waited for the GPU (SlotStats.gpu_waits)
         self.closed = False
-        # Wakes a producer waiting for a slot: a dropped view's dead weakref, or None.
-        self.returned: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.returned = Wakeups()  # a slot came back: a dropped view, a release
 
     def check_acquired(self, index: int) -> None:
         """Raise ValueError unless slot ``index`` is acquired (lock held)."""
@@ -174,10 +172,7 @@ class PoolCore:
                         f"by the consumer, {len(self.free)} still read by the GPU); release "
                         "batches sooner or raise max_bytes"
                     )
-            try:  # noqa: SIM105 - suppress() is Python code, where Ctrl-C could chain onto Empty
-                self.returned.get(timeout=min(left, poll))
-            except queue.Empty:
-                pass
+            self.returned.wait(min(left, poll))
 
     def lease(self, index: int, view: np.ndarray) -> None:
         """Slot ``index`` is ``leased`` until ``view``'s buffer dies (lock held)."""
@@ -238,7 +233,7 @@ class PoolCore:
 
     def wake(self) -> None:
         """Wake one producer waiting for a slot (one came back)."""
-        self.returned.put(None)
+        self.returned.post(None)
 
     def collect(self) -> None:
         """Take back the slots whose views are gone (lock held).
@@ -246,11 +241,7 @@ class PoolCore:
         The dead weak reference is the record, not the wake-up on ``returned``, so a
         wake-up lost to an interrupt loses no slot.
         """
-        while True:
-            try:
-                self.returned.get_nowait()
-            except queue.Empty:
-                break
+        self.returned.clear()
         for index in [i for i, ref in self.leased.items() if ref() is None]:
             self._take_back(index)
 
@@ -300,4 +291,4 @@ def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
     only, ``SimpleQueue.put``: it wakes a waiting producer, and ``collect`` takes the
     slot back. A GPU slot is fenced on the dropping thread's stream, which needs Python.
     """
-    return Releaser(core, index) if core.guard is not None else core.returned.put
+    return Releaser(core, index) if core.guard is not None else core.returned.post

@@ -10,6 +10,7 @@ import contextlib
 import enum
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ __all__ = [
     "EXIT_JOIN_TIMEOUT_S",
     "POLL_INTERVAL_S",
     "State",
+    "Wakeups",
     "interrupted",
     "join_threads",
     "limit_library_threads",
@@ -180,3 +182,36 @@ def thread_env(num_threads: int) -> Iterator[None]:
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+
+
+class Wakeups:
+    """Wake-ups for threads waiting on something that another thread, or a weakref
+    callback, makes ready. ``post`` and ``wait`` are ``SimpleQueue`` calls, C code: a
+    callback that is ``post`` runs no Python, and a ``wait`` holds no lock, so Ctrl-C
+    can be neither lost in the one nor leave a lock held in the other (issue #13).
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.post = self._queue.put
+        """Wake one waiter; takes any one argument (a weakref callback passes the ref)."""
+
+    def wait(self, timeout_s: float) -> None:
+        """Return at the next ``post`` (or one not yet waited for), or after ``timeout_s``."""
+        try:  # noqa: SIM105 - suppress() is Python code, where Ctrl-C could chain onto Empty
+            self._queue.get(timeout=max(0.0, timeout_s))
+        except queue.Empty:
+            pass
+
+    def post_once(self) -> None:
+        """``post`` unless a wake-up already waits: at most one piles up."""
+        if self._queue.empty():
+            self._queue.put(None)
+
+    def clear(self) -> None:
+        """Forget the wake-ups nobody waited for."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return

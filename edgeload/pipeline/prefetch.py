@@ -12,7 +12,6 @@ End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from typing import Final, Generic, Literal, TypeVar
 
 from ..errors import ClosedError, WaitTimeout, WorkerTimeout
 from ._held import HeldItems, PrefetchStats
-from .lifecycle import POLL_INTERVAL_S, State
+from .lifecycle import POLL_INTERVAL_S, State, Wakeups
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 
@@ -111,16 +110,12 @@ class Prefetcher(Generic[T]):
         self._items = HeldItems(max_items, max_bytes, END)
         self._ended = False
         self._state = State.OPEN
-        # The consumer is often the main thread, where Ctrl-C raises KeyboardInterrupt
-        # at any Python call. So it enters ``_lock`` directly (a C lock's ``with``
-        # cannot be interrupted between taking it and its ``try``, unlike
-        # ``Condition.__enter__``) and waits on ``_arrived`` holding no lock (a C
-        # ``get``, unlike ``Condition.wait``, cannot leave the lock held or released
-        # twice): an interrupt leaves the queue closable (issue #13). Producers, in
-        # edgeload's own threads, wait for room on ``_cond``.
+        # The consumer, often the main thread where Ctrl-C lands, takes ``_lock`` with
+        # ``with`` (C, unlike Condition.__enter__) and waits on ``_arrived`` holding no
+        # lock (issue #13); producers, edgeload's threads, wait for room on ``_cond``.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._arrived: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._arrived = Wakeups()
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -175,7 +170,7 @@ class Prefetcher(Generic[T]):
             else:
                 self._wait_for(lambda: self._items.fits(nbytes), timeout_s, "put")
             self._items.append(item, nbytes)
-            self._wake_consumer()
+            self._arrived.post_once()
         if self._on_drop is not None:
             for old in dropped:
                 self._on_drop(old)
@@ -191,7 +186,7 @@ class Prefetcher(Generic[T]):
             if not self._ended:
                 self._ended = True
                 self._items.append(END, 0)
-                self._wake_consumer()
+                self._arrived.post_once()
 
     def get(self, *, timeout_s: float | None = None) -> T | _End:
         """Remove and return the oldest item, or END once the stream ended.
@@ -223,15 +218,7 @@ class Prefetcher(Generic[T]):
                 if left <= 0:
                     self._items.add_wait("get", now - start)
                     raise _timed_out(self.name, "get", timeout_s, self._items)
-            try:  # noqa: SIM105 - suppress() is Python code, where Ctrl-C could chain onto Empty
-                self._arrived.get(timeout=min(left, POLL_INTERVAL_S))
-            except queue.Empty:
-                pass
-
-    def _wake_consumer(self) -> None:
-        """Wake a consumer waiting in ``get`` (lock held); one wake-up waits at most."""
-        if self._arrived.empty():
-            self._arrived.put(None)
+            self._arrived.wait(min(left, POLL_INTERVAL_S))
 
     def _wait_for(self, ready: Callable[[], bool], timeout_s: float | None, op: str) -> None:
         """Wait on the condition (held) until ``ready()``; a producer's wait for room."""
@@ -267,4 +254,4 @@ class Prefetcher(Generic[T]):
             self._state = State.CLOSED
             self._items.clear()
             self._cond.notify_all()
-            self._wake_consumer()
+            self._arrived.post_once()
