@@ -6,6 +6,8 @@ decoded with ``cv2.imdecode`` and resized to 224x224, batches of 32 ``(uint8 ima
 int label)``.  Modes, each in its own fresh process so memory is measured alone:
 
 - ``edgeload``: ``edgeload.DataLoader(num_workers="auto")`` - whatever the plan picks.
+- ``edgeload-pf2``: the same with ``prefetch_factor=2`` (two tasks in flight per worker,
+  the thread workers' default before one; not in the default modes).
 - ``torch-0``: ``torch.utils.data.DataLoader(num_workers=0)``.
 - ``torch-fork-2`` / ``torch-spawn-2``: 2 worker processes, forked / spawned.
 
@@ -41,6 +43,7 @@ import numpy as np
 from edgeload._compat import zip_strict
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
+EXTRA_MODES = ("edgeload-pf2",)
 _CHILD_TIMEOUT_S = 600
 # Issue 14's targets: edgeload's speed vs the best torch mode, its PSS vs torch-0's.
 SPEED_TARGET = 1.25
@@ -54,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, nargs=2, default=(640, 480), metavar=("W", "H"))
     parser.add_argument("--out-size", type=int, default=224, help="resized side, pixels")
     parser.add_argument("--repeats", type=int, default=3, help="runs per mode (median)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--modes", nargs="+", choices=MODES + EXTRA_MODES, default=list(MODES))
     parser.add_argument("--out", help="write the results as JSON here")
 
 
@@ -117,6 +120,8 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     start = time.perf_counter()
     if mode == "edgeload":
         loader: Any = EdgeLoader(dataset, batch_size=batch, num_workers="auto")
+    elif mode == "edgeload-pf2":
+        loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=2)
     elif mode == "torch-0":
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=0)
     else:
@@ -135,9 +140,9 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
         crcs.append(_batch_crc(imgs.numpy(), labels.numpy()))
     end = time.perf_counter()
     chosen = {}
-    if mode == "edgeload":
+    if mode.startswith("edgeload"):
         stats = loader.stats()
-        chosen = {"num_workers": stats["num_workers"], "worker_kind": stats["worker_kind"]}
+        chosen = {k: stats.get(k) for k in ("num_workers", "worker_kind", "slots")}
         loader.close()
     del loader  # torch joins (and so reaps) its workers: their CPU time is counted
     cpu = _cpu_s() - cpu0
@@ -230,7 +235,7 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
             "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
             "peak_pss_mib": statistics.median(r["peak_pss_bytes"] for r in rs) / 2**20,
             "cpu_ms_per_image": statistics.median(r["cpu_ms_per_image"] for r in rs),
-            **{k: rs[0][k] for k in ("num_workers", "worker_kind") if k in rs[0]},
+            **{k: rs[0][k] for k in ("num_workers", "worker_kind", "slots") if k in rs[0]},
         }
     torch_modes = [m for m in modes if m.startswith("torch")]
     workload = {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, tuple))}
@@ -341,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=MODES + EXTRA_MODES, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -13,7 +13,7 @@ _log = logging.getLogger("edgeload")
 
 def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     """Fill what the user left on ``"auto"`` from ``edgeload.platform.plan.plan_for``."""
-    from ..platform.plan import plan_for
+    from ..platform.plan import plan_for, tasks_in_flight
 
     explicit_kind: WorkerKind | None = None
     if asked.worker_kind == "thread":
@@ -57,8 +57,8 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
         if not gpu_usable(asked.engine):
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
-    # As LoaderSettings.max_in_flight counts them, before the prefetch budget.
-    in_flight = (2 if asked.prefetch_factor is None else asked.prefetch_factor) * count
+    # LoaderSettings.max_in_flight caps this further by the prefetch budget.
+    in_flight = tasks_in_flight(count, kind, asked.prefetch_factor)
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
         plan=plan,

@@ -56,8 +56,8 @@ class LoaderChoice:
     """Slot memory: the plan's mode (``host`` without CUDA, and for process workers)."""
     memory_mode_reason: str
     in_flight: int
-    """Most tasks in flight (``prefetch_factor`` per worker), before the prefetch budget
-    caps them; the slots are sized from it once the first batch shows the layout."""
+    """Most tasks in flight (``platform.plan.tasks_in_flight``), before the prefetch
+    budget caps them; the slots are sized from it once the first batch shows the layout."""
     prefetch_bytes: int | None
     """Bound on the bytes of batches in flight (the user's, else the plan's)."""
 
@@ -112,12 +112,15 @@ class LoaderSettings:
         return self.persistent_workers and self.num_workers > 0
 
     def max_in_flight(self, layout: SlotMap | None) -> int:
-        """Tasks handed to workers and not yet yielded: ``prefetch_factor`` (default 2,
-        as torch) per worker, and no more than the prefetch budget of fixed-size batches."""
-        n = self.num_workers
-        if n == 0:
+        """Tasks handed to workers and not yet yielded: the plan's
+        ``tasks_in_flight`` (``prefetch_factor`` per worker; by default 2 per process
+        worker, as torch, and 1 per thread worker), and no more than the prefetch budget
+        of fixed-size batches."""
+        from ..platform.plan import tasks_in_flight
+
+        if self.num_workers == 0:
             return 1
-        limit = n * (2 if self.prefetch_factor is None else max(1, self.prefetch_factor))
+        limit = tasks_in_flight(self.num_workers, self.worker_kind, self.prefetch_factor)
         budget = self.choice.prefetch_bytes
         if layout is not None and budget:
             limit = min(limit, max(1, budget // layout.nbytes))

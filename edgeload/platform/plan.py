@@ -27,12 +27,21 @@ from ._decide import (
     fit_shm,
     format_mib,
     slot_count,
+    tasks_in_flight,
     usable_cores,
 )
 from .facts import Platform
 from .profile import Profile, load_profile
 
-__all__ = ["PROCESS_WORKER_BYTES", "Plan", "Threads", "format_mib", "plan_for", "slot_count"]
+__all__ = [
+    "PROCESS_WORKER_BYTES",
+    "Plan",
+    "Threads",
+    "format_mib",
+    "plan_for",
+    "slot_count",
+    "tasks_in_flight",
+]
 
 
 @dataclass(frozen=True)
@@ -164,7 +173,7 @@ def plan_for(
     ffmpeg, torch_threads, reasons["threads"] = choose_threads(work, count, budget, live)
     threads = Threads(cv2=1, ffmpeg=ffmpeg, torch=torch_threads)
     budget_bytes, slot_count, reasons["prefetch"] = choose_prefetch(
-        work, count, profile, platform, prefetch_bytes
+        work, kind, count, profile, platform, prefetch_bytes
     )
     kind, reasons["workers"] = fit_shm(
         kind, why_workers, slot_count * work.slot_bytes, platform, "worker_kind" in explicit

@@ -6,6 +6,7 @@ The datasets and helpers live in ``tests/_datasets.py``.
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -195,6 +196,64 @@ def test_prefetch_bytes_bounds_the_slots_and_batches_in_flight():
         assert loader.stats()["slots"] == 2
 
 
+class RecordingImageDS(ImageDS):
+    """ImageDS that records which indices its (thread) workers have read."""
+
+    def __init__(self, n=200):
+        super().__init__(n)
+        self.read = []  # list.append is atomic under the GIL
+
+    def __getitem__(self, i):
+        self.read.append(i)
+        return super().__getitem__(i)
+
+
+def _reads_settle(ds, timeout_s=10.0, quiet_s=0.5):
+    """How many samples were read once no read happened for ``quiet_s``."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = len(ds.read), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        if len(ds.read) != seen:
+            seen, since = len(ds.read), time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("prefetch_factor", "in_flight"),
+    [(None, 2), (1, 2), (2, 4), (3, 6)],
+    ids=["default", "pf1", "pf2", "pf3"],
+)
+def test_thread_workers_keep_one_task_each_in_flight_unless_asked(prefetch_factor, in_flight):
+    # A thread hands over a view of its slot: a second task per worker would only keep
+    # one more batch slot resident (torch's prefetch_factor=2 is for processes' pipes).
+    ds = RecordingImageDS()
+    loader = DataLoader(
+        ds, batch_size=4, num_workers=2, worker_kind="thread", prefetch_factor=prefetch_factor
+    )
+    with loader:
+        it = iter(loader)
+        first = next(it)
+        # Holding one batch and asking for no other, the workers read only the tasks
+        # handed out before it: in_flight batches, the one the user holds among them.
+        assert _reads_settle(ds) == 4 * in_flight
+        assert first[1].tolist() == [0, 1, 2, 3]
+        labels = [first[1]] + [lab for _, lab in it]
+        assert torch.cat(labels).tolist() == list(range(200))
+        # One slot per task in flight, the batch the user holds and one being handed over.
+        assert loader.stats()["slots"] == in_flight + 2
+
+
+def test_process_workers_keep_torchs_two_tasks_each_in_flight():
+    with DataLoader(
+        ImageDS(40), batch_size=4, num_workers=2, multiprocessing_context="fork"
+    ) as loader:
+        assert [int(v) for _, lab in loader for v in lab] == list(range(40))
+        assert loader.stats()["slots"] == 2 * 2 + 2
+
+
 def test_the_slots_fit_the_prefetch_budget_as_the_plan_counts_it():
     batch_bytes = 4 * 3 * 8 * 8 + 64 + 4 * 8  # images, alignment, labels
     budget = 3 * batch_bytes
@@ -205,8 +264,9 @@ def test_the_slots_fit_the_prefetch_budget_as_the_plan_counts_it():
         labels = [int(v) for _, lab in loader for v in lab]
         stats = loader.stats()
     assert labels == list(range(40))
-    # Four tasks may be in flight, but the budget buys three slots, as in the plan.
-    assert stats["slots"] == slot_count(4, stats["slot_bytes"], budget) == 3
+    # Two tasks may be in flight (one per thread worker), and the budget buys three
+    # of the four slots they would have, as in the plan.
+    assert stats["slots"] == slot_count(2, stats["slot_bytes"], budget) == 3
     assert stats["slots"] * stats["slot_bytes"] <= budget
 
 
