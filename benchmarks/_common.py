@@ -8,11 +8,12 @@ ends by printing the report as JSON and saving it where ``--out`` says.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import resource
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +66,30 @@ def versions() -> dict[str, str]:
     return found
 
 
-def set_ffmpeg_threads(loader: Any, threads: int) -> None:
-    """Give a StreamLoader's streams ``threads`` FFmpeg threads each instead of the plan's
-    (0: FFmpeg's own choice), before it starts: a benchmark-only override, to measure
-    the plan's choice against the others."""
-    import dataclasses
+@contextlib.contextmanager
+def plan_ffmpeg_threads(threads: int) -> Iterator[None]:
+    """StreamLoaders made inside the block give each stream ``threads`` FFmpeg threads
+    instead of the plan's (0: FFmpeg's own choice): a benchmark-only override, to
+    measure the plan's choice against the others.  The loader reads the count from its
+    plan when it is made, so the override wraps the plan's thread decision."""
+    from edgeload.platform import plan as plan_module
 
-    plan = loader.plan
-    loader.plan = dataclasses.replace(
-        plan, threads=dataclasses.replace(plan.threads, ffmpeg=threads)
-    )
+    choose = plan_module.choose_threads
+
+    def forced(*args: Any, **kwargs: Any) -> tuple[int, int, str]:
+        _, torch_threads, why = choose(*args, **kwargs)
+        return threads, torch_threads, f"{why} (benchmark override: {threads} FFmpeg threads)"
+
+    plan_module.choose_threads = forced  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        plan_module.choose_threads = choose
+
+
+def os_threads() -> int:
+    """This process's OS threads, FFmpeg's included (to check what a run really used)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def finish(report: dict[str, Any], out: str | None) -> int:

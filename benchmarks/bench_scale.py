@@ -14,6 +14,7 @@ Run: ``flock /tmp/cpu.lock python scripts/bench.py scale [--rounds 2] [--out r.j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
+from benchmarks._common import cpu_s, finish, os_threads, plan_ffmpeg_threads, run_child, versions
 from benchmarks._common import main as bench_main
 
 _TIMEOUT_S = 180
@@ -49,9 +50,9 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     paths, n, size, seconds = args.paths, int(args.child), tuple(args.size), args.seconds
     sources = [VideoSource(paths[i % len(paths)], loop=True) for i in range(n)]
     counts = [0] * n
-    loader = StreamLoader(sources, size=size, policy="every")
-    if args.ffmpeg_threads[0] >= 0:
-        set_ffmpeg_threads(loader, args.ffmpeg_threads[0])
+    ff = args.ffmpeg_threads[0]
+    with plan_ffmpeg_threads(ff) if ff >= 0 else contextlib.nullcontext():
+        loader = StreamLoader(sources, size=size, policy="every")
     with loader:
         warm_until = time.monotonic() + 1.0
         cpu0 = start = None
@@ -67,7 +68,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
                     break
         cpu, span = cpu_s() - (cpu0 or 0.0), time.monotonic() - (start or 0.0)
         plan, ffmpeg = loader.plan.describe(), loader.plan.threads.ffmpeg
-        threads = len(os.listdir("/proc/self/task"))  # OS threads, FFmpeg's included
+        threads = os_threads()
     frames = sum(counts)
     return {"n": n, "frames": frames, "span_s": span, "cpu_s": cpu,
             "rates": [c / span for c in counts], "plan": plan, "ffmpeg_threads": ffmpeg,

@@ -19,6 +19,7 @@ Run: ``flock /tmp/cpu.lock python scripts/bench.py small [--rounds 3] [--out r.j
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
+from benchmarks._common import cpu_s, finish, os_threads, plan_ffmpeg_threads, run_child, versions
 from benchmarks._common import main as bench_main
 
 CONTENDERS = ("plain", "edgeload", "edgeload-ff1", "edgeload-ff0")
@@ -65,12 +66,15 @@ def _plain(paths: list[str]) -> Any:
 def _edgeload(paths: list[str], ffmpeg_threads: int | None, info: dict[str, Any]) -> Any:
     from edgeload.video import StreamLoader, VideoSource
 
-    loader = StreamLoader([VideoSource(p, loop=True) for p in paths], size=OUT, batch=4)
-    if ffmpeg_threads is not None:
-        set_ffmpeg_threads(loader, ffmpeg_threads)
+    sources = [VideoSource(p, loop=True) for p in paths]
+    override = plan_ffmpeg_threads(ffmpeg_threads) if ffmpeg_threads is not None else None
+    with override or contextlib.nullcontext():
+        loader = StreamLoader(sources, size=OUT, batch=4)
     info["ffmpeg_threads"] = loader.plan.threads.ffmpeg
     with loader:
-        for batch in loader:
+        for i, batch in enumerate(loader):
+            if i == 10:
+                info["os_threads"] = os_threads()
             yield int(batch.valid.sum()), batch.frames
 
 

@@ -25,6 +25,7 @@ Run: ``python scripts/bench.py video [--repeats 3] [--out r.json]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, run_child, set_ffmpeg_threads, versions
+from benchmarks._common import cpu_s, finish, plan_ffmpeg_threads, run_child, versions
 from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
@@ -87,9 +88,9 @@ def _edgeload(
     live = latency > 0
     sources = [VideoSource(p, realtime=live, loop=live) for p in paths]
     frames, ages, start = 0, [], time.monotonic()
-    loader = StreamLoader(sources, size=OUT, batch=4)
-    if ffmpeg_threads is not None:
-        set_ffmpeg_threads(loader, ffmpeg_threads)
+    override = plan_ffmpeg_threads(ffmpeg_threads) if ffmpeg_threads is not None else None
+    with override or contextlib.nullcontext():
+        loader = StreamLoader(sources, size=OUT, batch=4)
     with loader:
         for batch in loader:
             frames += int(batch.valid.sum())
