@@ -54,8 +54,13 @@ RELEASE = threading.Event()  # in a worker process, a fresh one nobody sets
 
 
 class HangsOn(Frames):
+    """Item 9 hangs for 60 s once ``armed`` exists (a file, so process workers see it)."""
+
+    def __init__(self, armed: Path) -> None:
+        self.armed = str(armed)
+
     def __getitem__(self, i):
-        if i == 9:
+        if i == 9 and os.path.exists(self.armed):
             RELEASE.wait(60)
         return super().__getitem__(i)
 
@@ -88,12 +93,19 @@ def test_a_worker_killed_while_filling_a_slot_does_not_cost_the_next_epoch(tmp_p
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_sample_that_hangs_raises_worker_timeout_naming_the_worker_and_item(kind):
-    # Process workers need seconds to start on a loaded box: a shorter timeout would
-    # fire before the first batch, on the first task rather than the hung one.
-    timeout = 5 if kind == "thread" else 15
-    loader = DataLoader(HangsOn(), batch_size=4, num_workers=2, worker_kind=kind, timeout=timeout)
+def test_a_sample_that_hangs_raises_worker_timeout_naming_the_worker_and_item(kind, tmp_path):
+    # The timeout counts worker start-up too (as torch's does), which takes seconds for
+    # processes on a loaded box: a first epoch with a long timeout starts the persistent
+    # workers, and the second, with a short one, meets the hung sample.
+    armed = tmp_path / "armed"
+    loader = DataLoader(
+        HangsOn(armed), batch_size=4, num_workers=2, worker_kind=kind, timeout=120,
+        persistent_workers=True,
+    )  # fmt: skip
     with loader:
+        assert len(list(loader)) == 16
+        armed.touch()
+        loader.timeout = timeout = 3
         it = iter(loader)
         t0 = time.monotonic()
         with pytest.raises(WorkerTimeout, match=rf"timed out after {timeout} seconds") as info:
