@@ -6,8 +6,8 @@ decoded with ``cv2.imdecode`` and resized to 224x224, batches of 32 ``(uint8 ima
 int label)``.  Modes, each in its own fresh process so memory is measured alone:
 
 - ``edgeload``: ``edgeload.DataLoader(num_workers="auto")`` - whatever the plan picks.
-- ``edgeload-pf2``: the same with ``prefetch_factor=2`` (two tasks in flight per worker,
-  the thread workers' default before one; not in the default modes).
+- ``edgeload-pf1``: the same with ``prefetch_factor=1`` (one task in flight per worker:
+  two batch slots less; not in the default modes).
 - ``torch-0``: ``torch.utils.data.DataLoader(num_workers=0)``.
 - ``torch-fork-2`` / ``torch-spawn-2``: 2 worker processes, forked / spawned.
 
@@ -43,7 +43,7 @@ import numpy as np
 from edgeload._compat import zip_strict
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
-EXTRA_MODES = ("edgeload-pf2",)
+EXTRA_MODES = ("edgeload-pf1",)
 _CHILD_TIMEOUT_S = 600
 # Issue 14's targets: edgeload's speed vs the best torch mode, its PSS vs torch-0's.
 SPEED_TARGET = 1.25
@@ -120,8 +120,8 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     start = time.perf_counter()
     if mode == "edgeload":
         loader: Any = EdgeLoader(dataset, batch_size=batch, num_workers="auto")
-    elif mode == "edgeload-pf2":
-        loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=2)
+    elif mode == "edgeload-pf1":
+        loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=1)
     elif mode == "torch-0":
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=0)
     else:

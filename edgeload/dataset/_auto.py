@@ -58,7 +58,7 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
             _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
             pin = False
     # LoaderSettings.max_in_flight caps this further by the prefetch budget.
-    in_flight = tasks_in_flight(count, kind, asked.prefetch_factor)
+    in_flight = tasks_in_flight(count, asked.prefetch_factor)
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
         plan=plan,

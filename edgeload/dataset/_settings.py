@@ -113,14 +113,13 @@ class LoaderSettings:
 
     def max_in_flight(self, layout: SlotMap | None) -> int:
         """Tasks handed to workers and not yet yielded: the plan's
-        ``tasks_in_flight`` (``prefetch_factor`` per worker; by default 2 per process
-        worker, as torch, and 1 per thread worker), and no more than the prefetch budget
-        of fixed-size batches."""
+        ``tasks_in_flight`` (``prefetch_factor`` per worker, by default 2 as torch), and
+        no more than the prefetch budget of fixed-size batches."""
         from ..platform.plan import tasks_in_flight
 
         if self.num_workers == 0:
             return 1
-        limit = tasks_in_flight(self.num_workers, self.worker_kind, self.prefetch_factor)
+        limit = tasks_in_flight(self.num_workers, self.prefetch_factor)
         budget = self.choice.prefetch_bytes
         if layout is not None and budget:
             limit = min(limit, max(1, budget // layout.nbytes))

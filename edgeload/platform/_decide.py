@@ -131,25 +131,22 @@ def choose_threads(
     return ffmpeg, max(1, budget - decode), why
 
 
-# Dataset tasks in flight per worker when ``prefetch_factor`` is not given.  A process
-# worker's batch crosses a pipe, and a second task hides that hand-off (torch's default
-# of 2).  A thread worker hands over a view of its slot, so a second task only keeps one
-# more batch slot resident: 2,000 JPEGs -> 224x224 on 2 cores ran as fast with one task
-# per thread worker, at two batches (9 MiB) less PSS (docs/performance.md, Datasets).
-PREFETCH_PER_WORKER = {"thread": 1, "process": 2}
+# Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,
+# for thread workers too.  One per thread worker was measured (2,000 JPEGs -> 224x224,
+# 2 cores, docs/performance.md, Datasets): 9 MiB (two batch slots) less PSS, but about
+# 1/6 fewer images/s and 15% more CPU per image (a worker that finishes first waits).
+PREFETCH_PER_WORKER = 2
 
 
-def tasks_in_flight(num_workers: int, worker_kind: str, prefetch_factor: int | None) -> int:
+def tasks_in_flight(num_workers: int, prefetch_factor: int | None) -> int:
     """Most dataset tasks handed to workers and not yet yielded: ``prefetch_factor`` per
-    worker (at least 1), by default :data:`PREFETCH_PER_WORKER` of the worker kind.
+    worker (at least 1; by default :data:`PREFETCH_PER_WORKER`).
 
     The DataLoader bounds its tasks with it, and the plan sizes a dataset's slots by it.
     """
     if num_workers <= 0:
         return 0
-    per_worker = PREFETCH_PER_WORKER.get(worker_kind, 2)
-    if prefetch_factor is not None:
-        per_worker = max(1, prefetch_factor)
+    per_worker = PREFETCH_PER_WORKER if prefetch_factor is None else max(1, prefetch_factor)
     return num_workers * per_worker
 
 
@@ -168,12 +165,7 @@ def slot_count(in_flight: int, slot_bytes: int, budget_bytes: int | None) -> int
 
 
 def choose_prefetch(
-    work: Workload,
-    kind: WorkerKind,
-    count: int,
-    profile: Profile,
-    platform: Platform,
-    prefetch_bytes: int | None,
+    work: Workload, count: int, profile: Profile, platform: Platform, prefetch_bytes: int | None
 ) -> tuple[int, int, str]:
     """The prefetch budget, the slot count it pays for, and why."""
     if prefetch_bytes is not None:
@@ -189,7 +181,7 @@ def choose_prefetch(
     slot_bytes = work.slot_bytes
     # Video: two frames in flight per stream.  A dataset: the DataLoader's own rule.
     # An unknown slot size gets the minimum.
-    in_flight = 2 * count if work.streams else tasks_in_flight(count, kind, None)
+    in_flight = 2 * count if work.streams else tasks_in_flight(count, None)
     slots = slot_count(in_flight, slot_bytes, budget_bytes) if slot_bytes else 2
     if slot_bytes and slots * slot_bytes > budget_bytes:
         why += f"; 2 slots is the minimum ({format_mib(2 * slot_bytes)})"

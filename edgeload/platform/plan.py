@@ -173,7 +173,7 @@ def plan_for(
     ffmpeg, torch_threads, reasons["threads"] = choose_threads(work, count, budget, live)
     threads = Threads(cv2=1, ffmpeg=ffmpeg, torch=torch_threads)
     budget_bytes, slot_count, reasons["prefetch"] = choose_prefetch(
-        work, kind, count, profile, platform, prefetch_bytes
+        work, count, profile, platform, prefetch_bytes
     )
     kind, reasons["workers"] = fit_shm(
         kind, why_workers, slot_count * work.slot_bytes, platform, "worker_kind" in explicit

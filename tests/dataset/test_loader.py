@@ -223,12 +223,10 @@ def _reads_settle(ds, timeout_s=10.0, quiet_s=0.5):
 
 @pytest.mark.parametrize(
     ("prefetch_factor", "in_flight"),
-    [(None, 2), (1, 2), (2, 4), (3, 6)],
+    [(None, 4), (1, 2), (2, 4), (3, 6)],
     ids=["default", "pf1", "pf2", "pf3"],
 )
-def test_thread_workers_keep_one_task_each_in_flight_unless_asked(prefetch_factor, in_flight):
-    # A thread hands over a view of its slot: a second task per worker would only keep
-    # one more batch slot resident (torch's prefetch_factor=2 is for processes' pipes).
+def test_thread_workers_keep_prefetch_factor_tasks_each_in_flight(prefetch_factor, in_flight):
     ds = RecordingImageDS()
     loader = DataLoader(
         ds, batch_size=4, num_workers=2, worker_kind="thread", prefetch_factor=prefetch_factor
@@ -246,7 +244,7 @@ def test_thread_workers_keep_one_task_each_in_flight_unless_asked(prefetch_facto
         assert loader.stats()["slots"] == in_flight + 2
 
 
-def test_process_workers_keep_torchs_two_tasks_each_in_flight():
+def test_process_workers_keep_two_tasks_each_in_flight_by_default():
     with DataLoader(
         ImageDS(40), batch_size=4, num_workers=2, multiprocessing_context="fork"
     ) as loader:
@@ -264,9 +262,8 @@ def test_the_slots_fit_the_prefetch_budget_as_the_plan_counts_it():
         labels = [int(v) for _, lab in loader for v in lab]
         stats = loader.stats()
     assert labels == list(range(40))
-    # Two tasks may be in flight (one per thread worker), and the budget buys three
-    # of the four slots they would have, as in the plan.
-    assert stats["slots"] == slot_count(2, stats["slot_bytes"], budget) == 3
+    # Four tasks may be in flight, but the budget buys three slots, as in the plan.
+    assert stats["slots"] == slot_count(4, stats["slot_bytes"], budget) == 3
     assert stats["slots"] * stats["slot_bytes"] <= budget
 
 
