@@ -133,8 +133,9 @@ def choose_threads(
 
 # Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,
 # for thread workers too.  One per thread worker was measured (2,000 JPEGs -> 224x224,
-# 2 cores, docs/performance.md, Datasets): 9 MiB (two batch slots) less PSS, but about
-# 1/6 fewer images/s and 15% more CPU per image (a worker that finishes first waits).
+# 2 cores, docs/performance.md, Datasets): 9 MiB (two batch slots) less PSS, at a speed
+# the loaded box could not tell apart (0.68-1.74x per round, median 0.90x); a worker
+# that finishes first waits for its turn, so it stays opt-in until it is shown free.
 PREFETCH_PER_WORKER = 2
 
 
