@@ -143,3 +143,19 @@ def pytest_runtest_setup(item):
         reason = _checked[marker]
         if reason is not None:
             missing(name, reason)
+
+
+@pytest.fixture
+def sigint_reaches_children():
+    """Children this test starts get Python's Ctrl-C handling, however pytest was started.
+
+    A shell's background job (``cmd &`` in a script, a CI step) starts with SIGINT
+    ignored, and children inherit that: Python then installs no KeyboardInterrupt
+    handler, and a test that sends SIGINT sees a program that ignores it. A handled
+    signal is reset to the default on exec, so handling it here fixes the children.
+    """
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

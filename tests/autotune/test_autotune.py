@@ -288,7 +288,7 @@ def test_bad_input_is_one_line_and_runs_no_trial(
     assert not config_home.exists()
 
 
-def test_ctrl_c_keeps_the_trials_and_writes_nothing(small_clip, tmp_path):
+def test_ctrl_c_keeps_the_trials_and_writes_nothing(small_clip, tmp_path, sigint_reaches_children):
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     env.pop("EDGELOAD_PROFILE", None)
     proc = subprocess.Popen(

@@ -247,13 +247,9 @@ def cpu_hog():
 
 
 @pytest.fixture
-def programs(tmp_path, tmp_path_factory):
-    # A shell's background job starts with SIGINT ignored and children inherit that:
-    # every program would look hung. A handled signal is reset to the default on exec.
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+def programs(tmp_path, tmp_path_factory, sigint_reaches_children):
     video = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0)
-    yield _programs(tmp_path, video)
-    signal.signal(signal.SIGINT, before)
+    return _programs(tmp_path, video)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
