@@ -17,8 +17,9 @@ say "mypy"
 "$venv/bin/mypy"
 say "pytest"
 # Two test processes: much of the suite waits on real timeouts, worker start-up and
-# cameras, so two halve the wall time even on a 2-core box (EDGELOAD_TEST_WORKERS=0 runs
-# one). Files stay whole on one process, so module fixtures (clips, servers) are made once.
+# cameras, so two cut the wall time by about a third even on a 2-core box
+# (EDGELOAD_TEST_WORKERS=0 runs one). Files stay whole on one process, so module
+# fixtures (clips, servers) are made once.
 # pytest-benchmark turns itself off under xdist with a warning; the tests do not use it.
 "$venv/bin/python" -m pytest -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:benchmark "$@"
 

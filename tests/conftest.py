@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -154,8 +155,6 @@ def sigint_reaches_children():
     handler, and a test that sends SIGINT sees a program that ignores it. A handled
     signal is reset to the default on exec, so handling it here fixes the children.
     """
-    import signal
-
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
