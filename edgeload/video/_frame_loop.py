@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._deps import require_cv2
+from ._playhead import Playhead
 from .clock import AgeOrigin, CaptureClock, LiveEdge
 from .source import FrameInfo, VideoSource
 
@@ -29,11 +30,6 @@ from .source import FrameInfo, VideoSource
 Sink = Callable[[np.ndarray, FrameInfo], bool]
 # Asked after each grab with (grabbed_at, frame interval): convert this frame?
 Wants = Callable[[float, float], bool]
-
-# A declared frame count this far beyond where reading stopped means truncation.
-_TRUNCATION_SLACK_FRAMES = 2
-# A realtime replay this many frames behind skips ahead rather than catching up.
-_MAX_CATCH_UP_FRAMES = 300
 
 
 class FpsLimit:
@@ -64,6 +60,9 @@ class FpsLimit:
 class FrameLoop:
     """Reads frames from each capture the connection opens, and counts what it did.
 
+    Where the reader is in the stream (frame numbers, the realtime schedule, the
+    file's end) is its :class:`~edgeload.video._playhead.Playhead`, ``playhead``.
+
     Args:
         source: what is read.
         sink: receives each converted frame; see :data:`Sink`.
@@ -83,11 +82,9 @@ class FrameLoop:
     ) -> None:
         self.source = source
         self._sink, self._wants, self._report = sink, wants, report
-        self.position = start_frame  # next frame index in the file
-        self.seq = start_frame
+        self.playhead = Playhead(source, start_frame=start_frame, report=report)
         self.frames = 0
         self.skipped = 0  # grabbed, not wanted by the fps limit
-        self.late = 0  # realtime replay frames skipped because the reader was behind
         self.backlog = 0  # frames a fresh connection handed over late, dropped
         self.unconverted = 0  # decoded, never converted: a newer frame would ship instead
         self.fps_reported = 0.0
@@ -113,21 +110,15 @@ class FrameLoop:
         ``streaming`` is called once the capture is positioned and frames start.
         """
         cv2 = require_cv2()
-        src = self.source
+        src, head = self.source, self.playhead
         self.fps_reported = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
-        declared = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0) if src.kind == "file" else 0
-        if src.loop and declared:
-            self.position %= declared
-        if src.kind == "file" and self.position:
-            seek(cap, self.position)
-        rate = self.fps_reported if 0 < self.fps_reported < 1000 else 30.0
-        paced_from = time.monotonic() - self.position / rate
+        head.start(cap, self.fps_reported)
         if self._limit is not None:
             self._limit.reset(time.monotonic())
         self.reconnect.clear()
         self.last_frame_at, self.streaming_since = None, time.monotonic()
         streaming()
-        interval = 1.0 / rate
+        interval = 1.0 / head.rate
         edge = LiveEdge(interval, time.monotonic()) if src.kind != "file" else None
         convert_all = edge is None and self._limit is None and self._wants is None
         self._clock.reset()
@@ -135,7 +126,7 @@ class FrameLoop:
             if self.reconnect.is_set():
                 self._report("no frame within the stall timeout: reconnecting")
                 return "lost"
-            if src.realtime and not self._keep_pace(cap, stop, paced_from, rate):
+            if src.realtime and not head.keep_pace(cap, stop):
                 return "stop"
             grab_started = time.monotonic()
             if convert_all and self._buf is not None:
@@ -144,52 +135,28 @@ class FrameLoop:
                 ok, img = cap.read(image=self._buf)
                 if ok:
                     now = time.monotonic()
-                    due = paced_from + self.position / rate
-                    seq, self.seq, self.position = self.seq, self.seq + 1, self.position + 1
                     self._buf = img  # a new array only when the resolution changed
-                    if not self._hand_over(cap, img, seq, now, due):
+                    if not self._hand_over(cap, img, head.advance(), now):
                         return "stop"
                     continue
-                outcome = self._at_end(cap, declared)
-                if outcome == "loop":
-                    paced_from = time.monotonic()
-                    continue
+            elif cap.grab():
+                now = time.monotonic()
+                seq = head.advance()
+                if edge is not None and edge.is_backlog(grab_started, now):
+                    self.backlog += 1
+                elif self._limit is not None and not self._limit.keeps(seq, now, head.rate):
+                    self.skipped += 1
+                elif self._wants is not None and not self._wants(now, interval):
+                    self.unconverted += 1
+                elif not self._deliver(cap, seq, now):
+                    return "stop"
+                continue
+            outcome = head.at_end(cap)
+            if outcome != "loop":
                 return outcome
-            if not cap.grab():
-                outcome = self._at_end(cap, declared)
-                if outcome == "loop":
-                    paced_from = time.monotonic()
-                    continue
-                return outcome
-            now = time.monotonic()
-            due = paced_from + self.position / rate
-            seq, self.seq, self.position = self.seq, self.seq + 1, self.position + 1
-            if edge is not None and edge.is_backlog(grab_started, now):
-                self.backlog += 1
-            elif self._limit is not None and not self._limit.keeps(seq, now, rate):
-                self.skipped += 1
-            elif self._wants is not None and not self._wants(now, interval):
-                self.unconverted += 1
-            elif not self._deliver(cap, seq, now, due):
-                return "stop"
         return "stop"
 
-    def _keep_pace(self, cap: Any, stop: threading.Event, paced_from: float, rate: float) -> bool:
-        """Realtime replay: wait for the next frame's time, or grab past the frames it
-        is behind on; False when stopped meanwhile."""
-        early = paced_from + self.position / rate - time.monotonic()
-        if early > 0 and stop.wait(early):
-            return False
-        behind = int((time.monotonic() - paced_from) * rate) - self.position
-        for _ in range(min(max(0, behind - 1), _MAX_CATCH_UP_FRAMES)):
-            if not cap.grab():
-                break
-            self.position += 1
-            self.seq += 1
-            self.late += 1
-        return True
-
-    def _deliver(self, cap: Any, seq: int, now: float, due: float) -> bool:
+    def _deliver(self, cap: Any, seq: int, now: float) -> bool:
         """Convert the grabbed frame and hand it to the sink; False: the reader stops."""
         ok, img = cap.retrieve(image=self._buf) if self._buf is not None else cap.retrieve()
         if not ok or img is None:
@@ -197,18 +164,18 @@ class FrameLoop:
             return True
         if img is not self._buf:
             self._buf = img  # first frame, or the resolution changed: a new buffer
-        return self._hand_over(cap, img, seq, now, due)
+        return self._hand_over(cap, img, seq, now)
 
-    def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float, due: float) -> bool:
+    def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float) -> bool:
         """Give a converted frame, with its info, to the sink; False: the reader stops."""
         cv2 = require_cv2()
         pts_ms = float(cap.get(cv2.CAP_PROP_POS_MSEC))
-        info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms, due))
+        info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms))
         self.last_frame_at = now
         self.frames += 1
         return bool(self._sink(img, info))
 
-    def _captured(self, grabbed_at: float, pts_ms: float, due: float) -> float:
+    def _captured(self, grabbed_at: float, pts_ms: float) -> float:
         """The frame's capture time, as ``age_from`` says (see :mod:`edgeload.video.clock`)."""
         if self.age_from == "pts":
             captured = self._clock.captured_at(grabbed_at, pts_ms)
@@ -216,36 +183,5 @@ class FrameLoop:
                 self.age_from = "grab"  # what the stats say follows what was measured
             return captured
         if self.age_from == "schedule":
-            return due
+            return self.playhead.due_of_last()
         return grabbed_at
-
-    def _at_end(self, cap: Any, declared: int) -> str:
-        """The capture stopped giving frames: ``loop``, ``ended``, ``failed`` or ``lost``."""
-        cv2 = require_cv2()
-        src = self.source
-        if src.kind != "file":
-            self._report("the stream stopped delivering frames (closed or read timeout)")
-            return "lost"
-        if declared and self.position + _TRUNCATION_SLACK_FRAMES < declared:
-            self._report(
-                f"video file {src.uri!r} ended at frame {self.position} of {declared} declared: "
-                "truncated or corrupt; re-encode or re-copy it"
-            )
-            return "failed"
-        if not src.loop:
-            return "ended"
-        self.position = 0
-        if not cap.set(cv2.CAP_PROP_POS_FRAMES, 0):
-            return "lost"  # reopen through the reconnect path
-        return "loop"
-
-
-def seek(cap: Any, index: int) -> None:
-    """Go to frame ``index``: seek, and read-and-discard where seeking is inexact."""
-    cv2 = require_cv2()
-    if cap.set(cv2.CAP_PROP_POS_FRAMES, index) and int(cap.get(cv2.CAP_PROP_POS_FRAMES)) == index:
-        return
-    cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
-    for _ in range(index):
-        if not cap.grab():
-            break

@@ -79,7 +79,7 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             fps_measured=round(frames.fps_measured(), 2),
             fps_reported=frames.fps_reported,
             skipped=frames.skipped,
-            late=frames.late,
+            late=frames.playhead.late,
             backlog=frames.backlog,
             unconverted=frames.unconverted,
             age_from=frames.age_from,
@@ -88,7 +88,7 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             last_error=None if conn.last_error is None else conn.last_error.message,
             last_frame_age_ms=None if age is None else round(age, 1),
             retry_in_s=None if conn.retry_at is None else round(conn.retry_at - now, 2),
-            position=frames.position,
+            position=frames.playhead.position,
         )
     return out
 

@@ -180,6 +180,42 @@ def test_reader_realtime_replay_is_paced_and_resumes_mid_file(small):
     assert 0.4 < took < 3.0  # 15 frames at 30 fps: about half a second, not instant
 
 
+def test_a_realtime_replay_behind_its_schedule_skips_frames_as_late(small):
+    def slow_sink(frame, info):
+        time.sleep(0.1)  # three frame intervals at 30 fps
+        return True
+
+    source = VideoSource(small, realtime=True)
+    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+    reader = StreamReader(source, target, stream_id=0, sink=slow_sink)
+    reader.start()
+    assert reader.join(20)
+    loop = reader.frame_loop
+    assert reader.connection.phase is SourceState.ENDED
+    # Every frame of the clip was grabbed once: delivered, or skipped to keep pace.
+    assert loop.frames + loop.playhead.late == 30
+    assert loop.playhead.late >= 10  # at most ~11 of 30 fit in the second it lasts
+
+
+def test_a_looping_file_keeps_counting_while_its_position_wraps(small):
+    got = []
+
+    def sink(frame, info):
+        got.append(info.seq)
+        return len(got) < 45
+
+    source = VideoSource(small, loop=True)
+    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+    reader = StreamReader(source, target, stream_id=0, sink=sink)
+    reader.start()
+    assert reader.join(20)
+    assert got == list(range(45))
+    assert reader.frame_loop.playhead.position == 15  # the 30-frame clip, once and a half
+    assert reader.connection.phase is SourceState.CLOSED
+
+
 def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
     # A port nobody listens on: each open fails at once, so the retries show the backoff.
     import socket
