@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 from ..errors import ClosedError
-from ..pipeline.lifecycle import State
+from ..pipeline.lifecycle import Lifecycle
 from ._auto import resolve_plan
 from ._checks import check_arguments, check_context, warn_worker_count
 from ._device import check_gpu_mode
@@ -171,7 +171,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
         self._planned: tuple[Any, ...] | None = None
         self._state = LoaderState()
         self._runner = EpochRunner(self._state)
-        self._lifecycle = State.UNOPENED  # OPEN from the first iter(), CLOSED by close()
+        self._lifecycle = Lifecycle.UNOPENED  # OPEN from the first iter(), CLOSED by close()
         warn_worker_count(num_workers, threads=worker_kind == "thread")
         self._seal()
 
@@ -197,9 +197,9 @@ class DataLoader(TorchSurface, Generic[T_co]):
 
     def __iter__(self) -> Iterator[Any]:
         """Start an epoch (or resume the one loaded by ``load_state_dict``)."""
-        if self._lifecycle is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             raise ClosedError("DataLoader: iter() after close()")
-        self._lifecycle = State.OPEN
+        self._lifecycle = Lifecycle.OPEN
         self._runner.abandon()
         return self._runner.start(
             self._settings(), length=self.__len__, len_called=self._len_called
@@ -239,7 +239,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
             choice=self._choice,
         )
 
-    # State ---------------------------------------------------------------------------
+    # Checkpoint ----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: plain JSON data; see :func:`edgeload.save_state`.
@@ -267,7 +267,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, memory
         mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
-        if self._lifecycle is not State.CLOSED:
+        if self._lifecycle is not Lifecycle.CLOSED:
             self._resolve()
         return self._runner.stats(self._choice)
 
@@ -275,9 +275,9 @@ class DataLoader(TorchSurface, Generic[T_co]):
 
     def close(self) -> None:
         """Stop the workers and free the slots; idempotent."""
-        if self._lifecycle is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             return
-        self._lifecycle = State.CLOSED
+        self._lifecycle = Lifecycle.CLOSED
         self._runner.close()
 
     def __enter__(self) -> DataLoader[T_co]:

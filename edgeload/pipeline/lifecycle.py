@@ -1,4 +1,4 @@
-"""Shared lifecycle pieces: the poll interval, the open/closed state, thread joins.
+"""Shared lifecycle pieces: the poll interval, the unopened/open/closed enum, thread joins.
 
 Every loop that waits in edgeload wakes at least every :data:`POLL_INTERVAL_S` to check
 its stop event, so a close() or Ctrl-C is noticed within that time.
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 __all__ = [
     "EXIT_JOIN_TIMEOUT_S",
     "POLL_INTERVAL_S",
-    "State",
+    "Lifecycle",
     "Wakeups",
     "interrupted",
     "join_threads",
@@ -63,8 +63,10 @@ _THREAD_ENV_VARS = (
 )
 
 
-class State(enum.Enum):
-    """Lifecycle of an object that owns threads, processes or memory.
+class Lifecycle(enum.Enum):
+    """Where an object that owns threads, processes or memory is in its life.
+
+    Not to be confused with the loaders' checkpoint, ``state_dict()``.
 
     Pools and prefetchers are ``OPEN`` from construction; the loaders start
     ``UNOPENED`` (planned, nothing running) and open on their first ``iter()``.

@@ -19,7 +19,7 @@ from typing import Final, Generic, Literal, TypeVar
 
 from ..errors import ClosedError, WaitTimeout, WorkerTimeout
 from ._held import HeldItems, PrefetchStats
-from .lifecycle import POLL_INTERVAL_S, State, Wakeups
+from .lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 
@@ -109,7 +109,7 @@ class Prefetcher(Generic[T]):
         self._on_drop = on_drop
         self._items = HeldItems(max_items, max_bytes, END)
         self._ended = False
-        self._state = State.OPEN
+        self._lifecycle = Lifecycle.OPEN
         # The consumer, often the main thread where Ctrl-C lands, takes ``_lock`` with
         # ``with`` (C, unlike Condition.__enter__) and waits on ``_arrived`` holding no
         # lock (issue #13); producers, edgeload's threads, wait for room on ``_cond``.
@@ -134,10 +134,10 @@ class Prefetcher(Generic[T]):
     @property
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
-        return self._state is State.CLOSED
+        return self._lifecycle is Lifecycle.CLOSED
 
     def _check_open(self, what: str) -> None:
-        if self._state is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             raise ClosedError(f"{self.name}: {what} after close()")
 
     def put(self, item: T, *, nbytes: int = 0, timeout_s: float | None = None) -> None:
@@ -251,7 +251,7 @@ class Prefetcher(Generic[T]):
     def close(self) -> None:
         """Wake every waiter with ClosedError and drop held items; idempotent."""
         with self._lock:
-            self._state = State.CLOSED
+            self._lifecycle = Lifecycle.CLOSED
             self._items.clear()
             self._cond.notify_all()
             self._arrived.post_once()

@@ -26,7 +26,7 @@ from ._executors import start_executor
 from ._worker_errors import death_error, task_error, timeout_error
 from ._worker_info import WorkerInfo, choose_start_method, current_worker
 from .failure import Failure
-from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, State, interrupted
+from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, Lifecycle, interrupted
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -117,7 +117,7 @@ class WorkerPool:
         self._fn_name = getattr(fn, "__qualname__", repr(fn))
         self._pending: dict[int, int] = {}  # task index -> worker id
         self._next_index = 0
-        self._state = State.OPEN
+        self._lifecycle = Lifecycle.OPEN
         self._executor = start_executor(
             fn,
             kind=kind,
@@ -141,7 +141,7 @@ class WorkerPool:
     @property
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
-        return self._state is State.CLOSED
+        return self._lifecycle is Lifecycle.CLOSED
 
     @property
     def pending(self) -> int:
@@ -154,7 +154,7 @@ class WorkerPool:
         return self._executor.pids
 
     def _check_open(self, what: str) -> None:
-        if self._state is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             raise ClosedError(f"{self.name}: {what} after close()")
 
     def submit(self, task: Any, *, worker: int | None = None) -> int:
@@ -229,8 +229,8 @@ class WorkerPool:
                 a KeyboardInterrupt propagates (``with`` exit on Ctrl-C), at most
                 ``EXIT_JOIN_TIMEOUT_S``.
         """
-        if self._state is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             return
-        self._state = State.CLOSED
+        self._lifecycle = Lifecycle.CLOSED
         self._finalizer.detach()
         self._executor.close(min(timeout_s, EXIT_JOIN_TIMEOUT_S) if interrupted() else timeout_s)

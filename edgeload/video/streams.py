@@ -17,7 +17,7 @@ from typing import Any, Literal, Union
 
 from .._deps import require_cv2, require_torch
 from ..errors import ClosedError
-from ..pipeline.lifecycle import State, join_threads, weak_call
+from ..pipeline.lifecycle import Lifecycle, join_threads, weak_call
 from ..platform.profile import Profile
 from ._delivery import Delivery, device_copier, reader_for
 from ._mux import Mux
@@ -142,13 +142,13 @@ class StreamLoader:
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=on_error == "raise",
                                   timeout_s=timeout_s)  # fmt: skip
-        self._state = State.UNOPENED
+        self._lifecycle = Lifecycle.UNOPENED
 
     def _target(self, source: VideoSource) -> Target:
         return target_for(source, platform=self.platform, plan=self.plan)
 
     def _running(self) -> bool:
-        return self._state is State.OPEN
+        return self._lifecycle is Lifecycle.OPEN
 
     def start(self) -> StreamLoader:
         """Start the reader and mux threads (iterating starts them too); returns self.
@@ -157,9 +157,9 @@ class StreamLoader:
             ClosedError: after ``close()``.
         """
         self._check_open("start()")
-        if self._state is State.OPEN:
+        if self._lifecycle is Lifecycle.OPEN:
             return self
-        self._state = State.OPEN
+        self._lifecycle = Lifecycle.OPEN
         require_torch()  # imported now, not while the first batches wait
         require_cv2().setNumThreads(self.plan.threads.cv2)
         self._table.start_all(self._new_reader)
@@ -188,7 +188,7 @@ class StreamLoader:
         """
         self._check_open("add()")
         stream = self._table.add(source, self._target)
-        if self._state is State.OPEN:
+        if self._lifecycle is Lifecycle.OPEN:
             self._table.start(stream, self._new_reader, [])
         return stream.sid
 
@@ -219,22 +219,22 @@ class StreamLoader:
             ValueError: a state of another version or other sources; or called after
                 iteration started (resume is for a fresh loader).
         """
-        load_loader_state(self._table.entries(), state, started=self._state is State.OPEN)
+        load_loader_state(self._table.entries(), state, started=self._lifecycle is Lifecycle.OPEN)
 
     def _check_open(self, what: str) -> None:
-        if self._state is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             raise ClosedError(f"StreamLoader: {what} after close()")
 
     def close(self) -> None:
         """Stop every thread, release the slots and close the sources; idempotent."""
-        if self._state is State.CLOSED:
+        if self._lifecycle is Lifecycle.CLOSED:
             return
-        self._state = State.CLOSED
+        self._lifecycle = Lifecycle.CLOSED
         self._mux.stop()
         threads = self._table.stop_readers() + self._mux.threads()
         join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
         self._mux.release()
 
     def __del__(self) -> None:
-        if getattr(self, "_state", State.CLOSED) is not State.CLOSED:
+        if getattr(self, "_lifecycle", Lifecycle.CLOSED) is not Lifecycle.CLOSED:
             self.close()
