@@ -15,12 +15,10 @@ import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from ..errors import ClosedError, WorkerTimeout
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
-from ..pipeline.slots import SlotPool
+from ._batch_pools import BatchPools
 from ._frame_loop import Wants
 from .assembler import MAX_OPEN, Assembler, Sealed
 from .demand import Demand, MixedDemand
@@ -56,7 +54,7 @@ class Mux:
         active: Callable[[], list[int]],
         tick: Callable[[], None],
     ) -> None:
-        self._slot_shape, self._mode, self._engine = slot_shape, memory_mode, engine
+        self._tick = tick
         self.depth = 1 if all_latest else max(1, slot_count - 2)
         self.prefetch: Prefetcher[Sealed] = Prefetcher(
             max_items=self.depth,
@@ -65,25 +63,16 @@ class Mux:
             name="StreamLoader prefetch",
         )
         prefetch = self.prefetch
+        # Prefetched + the open ones + one being shipped + two the consumer may hold.
+        count = self.depth + MAX_OPEN + 3
+        self.pools = BatchPools(slot_shape, count=count, memory_mode=memory_mode, engine=engine)
         # All latest: a frame ships if the consumer takes it. Beside every streams: if
         # it is the last before its batch stops being the newest.
         self.demand = Demand(lambda: prefetch.stats().depth) if all_latest else None
-        self.assembler = Assembler(self._make_pool, batch=batch, deadline_s=deadline_s,
-                                   prefetcher=prefetch, active=active, tick=tick)  # fmt: skip
+        self.assembler = Assembler(self.pools, batch=batch, deadline_s=deadline_s,
+                                   active=active)  # fmt: skip
         self.mixed = None if all_latest else MixedDemand(self.assembler.latest_target)
-        self._thread = threading.Thread(
-            target=self.assembler.run, name="edgeload-video-mux", daemon=True
-        )
-        self._released = False
-
-    def _make_pool(self, places: int) -> SlotPool:
-        if self._released:  # a reader that outlived close() makes no new memory
-            raise ClosedError("StreamLoader: closed; no new batch slots")
-        # Prefetched + the open ones + one being shipped + two the consumer may hold.
-        count = self.depth + MAX_OPEN + 3
-        return SlotPool(self._slot_shape(places), np.uint8, count=count,
-                        mode=self._mode,  # type: ignore[arg-type]
-                        name="StreamLoader slots", engine=self._engine)  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name="edgeload-video-mux", daemon=True)
 
     def wants_for(self, stream_id: int, latest: bool) -> Wants | None:
         """What stream ``stream_id``'s reader asks before converting a frame (only
@@ -97,6 +86,32 @@ class Mux:
     def start(self) -> None:
         """Start the mux thread."""
         self._thread.start()
+
+    def _run(self) -> None:
+        """The mux thread: ship each batch the assembler seals, until none will come."""
+        asm = self.assembler
+        while not asm.stopped:
+            self._tick()
+            sealed = asm.seal_next()
+            if sealed is not None:
+                self._ship(sealed)
+            elif asm.finished:
+                break
+        asm.release_open()
+        if not asm.stopped:
+            self.prefetch.put_end()
+
+    def _ship(self, sealed: Sealed) -> None:
+        nbytes = sealed.pool.item_nbytes
+        while not self.assembler.stopped:
+            try:
+                self.prefetch.put(sealed, nbytes=nbytes, timeout_s=POLL_INTERVAL_S)
+                return
+            except TimeoutError:
+                continue
+            except ClosedError:
+                break
+        _give_back(sealed)
 
     def next_sealed(
         self, timeout_s: float, *, check: Callable[[], None], phases: Callable[[], Any]
@@ -135,9 +150,7 @@ class Mux:
 
     def release(self) -> None:
         """After the threads are joined: give back queued batches, close queue and pools."""
-        self._released = True
         for sealed in self.prefetch.drain():
             _give_back(sealed)
         self.prefetch.close()
-        for pool in self.assembler.pools():
-            pool.close()
+        self.pools.close()

@@ -2,11 +2,11 @@
 
 The open batch is a :class:`~edgeload.pipeline.slots.SlotPool` slot.  A stream thread
 ``claim``s a place (its own, or with a fixed batch size, any free place within its
-fair share: the rules are in :mod:`edgeload.video._placement`), writes its frame there outside the lock, then ``commit``s.  The mux
-thread (:meth:`Assembler.run`) ships the batch to the
-:class:`~edgeload.pipeline.prefetch.Prefetcher` when every active stream has filled its place,
-or when the deadline since its first frame passes: then it ships partial, with a
-validity mask, so one slow or dead camera never holds the others back.
+fair share: the rules are in :mod:`edgeload.video._placement`), writes its frame
+there outside the lock, then ``commit``s.  The mux thread (:mod:`edgeload.video._mux`)
+ships each batch :meth:`Assembler.seal_next` seals: when every active stream has
+filled its place, or when the deadline since it opened passes; then it ships partial,
+with a validity mask, so one slow or dead camera never holds the others back.
 
 Policies, per stream: ``latest`` never waits (a place filled but not yet shipped is
 overwritten with the newer frame; no free slot drops the frame); ``every`` waits for
@@ -20,10 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import ClosedError
 from ..pipeline.lifecycle import POLL_INTERVAL_S
-from ..pipeline.prefetch import Prefetcher
-from ..pipeline.slots import SlotPool
+from ._batch_pools import BatchPools
 from ._placement import OpenBatch, Placement, Sealed
 from .source import FrameInfo
 
@@ -34,42 +32,34 @@ MAX_OPEN = 3
 
 
 class Assembler:
-    """Builds batches from stream threads' frames and ships them on a deadline.
+    """Builds batches from stream threads' frames and seals them on a deadline.
 
     Args:
-        make_pool: returns a slot pool for a batch of ``n`` places (called again when
-            the number of streams changes and the batch follows it).
+        pools: the slot pools batches open on.
         batch: a fixed batch size, or None for one place per stream.
-        deadline_s: ship a partial batch this long after its first frame.
-        prefetcher: where shipped batches go.
+        deadline_s: seal a partial batch this long after it opened.
         active: returns the ids of streams still delivering, in place order.
-        tick: called by the mux thread at least every poll interval (the watchdog).
     """
 
     def __init__(
         self,
-        make_pool: Callable[[int], SlotPool],
+        pools: BatchPools,
         *,
         batch: int | None,
         deadline_s: float,
-        prefetcher: Prefetcher[Sealed],
         active: Callable[[], list[int]],
-        tick: Callable[[], None] = lambda: None,
     ) -> None:
-        self._make_pool = make_pool
+        self._pools = pools
         self._rules = Placement(batch, active)
         self.deadline_s = deadline_s
-        self._prefetch = prefetcher
         self._active = active
-        self._tick = tick
         self._cond = threading.Condition(threading.Lock())
         self._stop = threading.Event()
         # Open batches in shipping order. ``every`` streams may run ahead into later
         # ones, so one stream's slow frame does not idle the others' decode threads.
         self._opens: collections.deque[OpenBatch] = collections.deque()
-        self._pools: dict[int, SlotPool] = {}
         self.slot_misses = 0  # latest frames dropped because no slot was free
-        self.batches = 0
+        self.finished = False  # no stream delivers and no batch is open: nothing to seal
 
     def set_streams(self, stream_ids: list[int]) -> None:
         """Give each stream its place (one place per stream); the next batch uses them."""
@@ -77,22 +67,11 @@ class Assembler:
             self._rules.places = {sid: i for i, sid in enumerate(stream_ids)}
             self._cond.notify_all()
 
-    def pools(self) -> list[SlotPool]:
-        """Every pool made so far (closed with the loader)."""
-        with self._cond:
-            return list(self._pools.values())
-
     def _new_open(self) -> OpenBatch | None:
         """Open a batch on a fresh slot (cond held, never waits); None if none is free."""
         size = self._rules.size()
-        pool = self._pools.get(size)
-        if pool is None:
-            pool = self._pools[size] = self._make_pool(size)
-        try:
-            slot = pool.acquire(timeout_s=0)
-        except (TimeoutError, ClosedError):
-            return None
-        return OpenBatch(pool, slot, size, opened_at=time.monotonic())
+        free = self._pools.free_slot(size)
+        return None if free is None else OpenBatch(*free, size, opened_at=time.monotonic())
 
     def claim(self, stream_id: int, *, latest: bool) -> tuple[OpenBatch, int] | None:
         """Reserve a place for a frame of ``stream_id``: ``(batch, place)``, or None to drop it.
@@ -158,50 +137,43 @@ class Assembler:
                 self._cond.notify_all()
 
     def stop(self) -> None:
-        """Make ``run`` and waiting ``claim`` calls return soon."""
+        """Make ``seal_next`` and waiting ``claim`` calls return soon."""
         self._stop.set()
 
-    def run(self) -> None:
-        """The mux loop: ship the oldest batch when full, or partial at its deadline."""
-        while not self._stop.is_set():
-            self._tick()
-            with self._cond:
-                done = not self._active()
-                batch = self._opens[0] if self._opens else None
-                if batch is None or (not batch.meta.valid.any() and not done):
-                    if done:
-                        break
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    def seal_next(self) -> Sealed | None:
+        """The mux thread's step: the oldest batch, sealed and out of the open ones, once
+        it is full, due, or no stream delivers any more; None after waiting at most a
+        poll interval without one, or when :attr:`finished`."""
+        with self._cond:
+            done = not self._active()
+            batch = self._opens[0] if self._opens else None
+            if batch is None or (not batch.meta.valid.any() and not done):
+                self.finished = done
+                if not done:
                     self._cond.wait(POLL_INTERVAL_S)
-                    continue
-                due = batch.opened_at + self.deadline_s
-                if not (done or self._rules.full(batch) or time.monotonic() >= due):
-                    self._cond.wait(min(POLL_INTERVAL_S, max(0.0, due - time.monotonic())))
-                    continue
-                batch.sealing = True
-                while batch.writing and not self._stop.is_set():
-                    self._cond.wait(POLL_INTERVAL_S)
-                self._opens.remove(batch)
-                self._cond.notify_all()
-            if not batch.meta.valid.any():
-                batch.pool.release(batch.slot)
-                continue
-            self._ship(batch.meta)
+                return None
+            due = batch.opened_at + self.deadline_s
+            if not (done or self._rules.full(batch) or time.monotonic() >= due):
+                self._cond.wait(min(POLL_INTERVAL_S, max(0.0, due - time.monotonic())))
+                return None
+            batch.sealing = True
+            while batch.writing and not self._stop.is_set():
+                self._cond.wait(POLL_INTERVAL_S)
+            self._opens.remove(batch)
+            self._cond.notify_all()
+        if not batch.meta.valid.any():
+            batch.pool.release(batch.slot)  # every claim on it was abandoned
+            return None
+        return batch.meta
+
+    def release_open(self) -> None:
+        """Give back the slots of the batches still open (the mux thread, at its end)."""
         with self._cond:
             leftover, self._opens = list(self._opens), collections.deque()
         for batch in leftover:
             batch.pool.release(batch.slot)
-        if not self._stop.is_set():
-            self._prefetch.put_end()
-
-    def _ship(self, meta: Sealed) -> None:
-        nbytes = meta.pool.item_nbytes
-        while not self._stop.is_set():
-            try:
-                self._prefetch.put(meta, nbytes=nbytes, timeout_s=POLL_INTERVAL_S)
-                self.batches += 1
-                return
-            except TimeoutError:
-                continue
-            except ClosedError:
-                break
-        meta.pool.release(meta.slot)

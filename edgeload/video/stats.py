@@ -109,7 +109,7 @@ def loader_stats(
     """
     report = telemetry.report()
     pre = mux.prefetch.stats()
-    pools = [p.stats() for p in mux.assembler.pools() if not p.closed]
+    pools = [p.stats() for p in mux.pools.all() if not p.closed]
     slot_bytes = sum(p.nbytes for p in pools)
     return {
         "batches": report["batches"],
