@@ -9,58 +9,22 @@ the slot (zero copies), and the slot is reused only once that tensor is gone.
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
-from .._deps import require_cv2, require_torch
 from ..errors import ClosedError
-from ..pipeline.lifecycle import Lifecycle, join_threads, weak_call
+from ..pipeline.lifecycle import Lifecycle, weak_call
 from ..platform.profile import Profile
-from ._delivery import Delivery, device_copier, reader_for
-from ._mux import Mux
+from ._parts import LoaderParts, SourceLike, target_for
 from ._resume import load_loader_state, loader_state
-from ._settings import StreamSettings, memory_mode_for, plan_streams
-from ._stream_table import StreamTable
-from ._watchdog import watchdog
+from ._settings import StreamSettings
 from .batch import Batch
-from .capture import Target, build_target, hardware_decoder
 from .resize import Color, Layout, ResizeMode
-from .source import Policy, VideoSource, as_source
-from .stats import loader_stats
+from .source import Policy
 
-_log = logging.getLogger("edgeload")
+__all__ = ["SourceLike", "StreamLoader", "target_for"]
 
 _JOIN_TIMEOUT_S = 10.0
-
-# evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
-SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]
-
-
-def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) -> Target:
-    """What a loader on this device would open for ``source``: backend and exact string.
-
-    ``edgeload probe`` can show it; ``StreamLoader.stats()`` shows the same per stream.
-
-    Args:
-        source: as for :class:`StreamLoader`.
-        platform: the device (default: :func:`edgeload.platform.probe.probe`).
-        plan: the loader's plan (default: a plan for one stream on ``platform``).
-
-    Raises:
-        SourceError: the source cannot be used here.
-    """
-    from ..platform.plan import plan_for
-    from ..platform.probe import probe
-
-    src = as_source(source)
-    platform = probe() if platform is None else platform
-    plan = plan_for(streams=1, platform=platform) if plan is None else plan
-    return build_target(src.kind, src.value, backend=src.backend,
-                        preferred=plan.decode_backend, decoder=hardware_decoder(platform),
-                        rtsp_transport=src.rtsp_transport)  # fmt: skip
 
 
 class StreamLoader:
@@ -112,40 +76,12 @@ class StreamLoader:
     ) -> None:
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
-        copier = device_copier(device, engine)  # raises for a missing device
-        self._table = table = StreamTable(opts.writer, policy)
-        for src in sources:
-            table.add(src)
-        streams = table.entries()
-        if not streams:
-            raise ValueError("StreamLoader: no sources given; pass at least one")
-        live = any(s.source.policy == "latest" for s in streams)
-        self.platform, self.plan = plan_streams(
-            len(streams), frame=self.size, batch=batch, live=live, profile=profile
-        )
-        for stream in streams:
-            stream.target = self._target(stream.source)
-        self._memory = memory_mode_for(memory_mode, device, self.plan, engine)
-        self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
-        self._mux = mux = Mux(
-            slot_shape=opts.slot_shape, batch=batch, deadline_s=self.deadline_ms / 1000,
-            all_latest=all(s.source.policy == "latest" for s in streams),
-            slot_count=self.plan.slot_count, memory_mode=self._memory[0], engine=engine,
-            active=table.active, tick=lambda: watchdog(table.entries()),
+        self._parts = parts = LoaderParts(
+            sources, opts, memory_mode=memory_mode, device=device, engine=engine,
+            profile=profile, deadline_ms=deadline_ms, running=weak_call(self._running, bool),
         )  # fmt: skip
-        table.keep_placed(mux.assembler.set_streams)
-        # What the threads hold must not hold this loader (weak_call): one dropped without
-        # close() is then collected, and __del__ stops them.
-        self._new_reader = functools.partial(
-            reader_for, asm=mux.assembler, running=weak_call(self._running, bool),
-            ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
-        )  # fmt: skip
-        self._delivery = Delivery(table, mux, copier=copier, raise_errors=on_error == "raise",
-                                  timeout_s=timeout_s)  # fmt: skip
+        self.platform, self.plan, self.deadline_ms = parts.platform, parts.plan, parts.deadline_ms
         self._lifecycle = Lifecycle.UNOPENED
-
-    def _target(self, source: VideoSource) -> Target:
-        return target_for(source, platform=self.platform, plan=self.plan)
 
     def _running(self) -> bool:
         return self._lifecycle is Lifecycle.OPEN
@@ -160,10 +96,7 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.OPEN:
             return self
         self._lifecycle = Lifecycle.OPEN
-        require_torch()  # imported now, not while the first batches wait
-        require_cv2().setNumThreads(self.plan.threads.cv2)
-        self._table.start_all(self._new_reader)
-        self._mux.start()
+        self._parts.start()
         return self
 
     def __enter__(self) -> StreamLoader:
@@ -178,7 +111,7 @@ class StreamLoader:
 
     def __next__(self) -> Batch:
         self.start()
-        return self._delivery.next_batch()
+        return self._parts.delivery.next_batch()
 
     def add(self, source: SourceLike) -> int:
         """Add a source while running; returns its stream id.
@@ -187,10 +120,7 @@ class StreamLoader:
             SourceError: the source cannot be used. ClosedError: after ``close()``.
         """
         self._check_open("add()")
-        stream = self._table.add(source, self._target)
-        if self._lifecycle is Lifecycle.OPEN:
-            self._table.start(stream, self._new_reader, [])
-        return stream.sid
+        return self._parts.add(source, start=self._lifecycle is Lifecycle.OPEN)
 
     def remove(self, stream_id: int) -> None:
         """Stop and forget stream ``stream_id``.
@@ -199,18 +129,16 @@ class StreamLoader:
             KeyError: no such stream. ClosedError: after ``close()``.
         """
         self._check_open("remove()")
-        self._table.remove(stream_id, timeout_s=_JOIN_TIMEOUT_S)
+        self._parts.table.remove(stream_id, timeout_s=_JOIN_TIMEOUT_S)
 
     def stats(self) -> dict[str, Any]:
         """Per stream: state, fps, drops, reconnects, last error; loader: batch rate,
         queue depth, frame age p50/p99, bytes held."""
-        return loader_stats(self._table.entries(), self._delivery.telemetry, self._mux,
-                            deadline_ms=self.deadline_ms, memory=self._memory,
-                            plan=self.plan)  # fmt: skip
+        return self._parts.stats()
 
     def state_dict(self) -> dict[str, Any]:
         """Each file stream's next frame index (what the consumer received), plain data."""
-        return loader_state(self._table.entries())
+        return loader_state(self._parts.table.entries())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue each file stream after the last frame the consumer received.
@@ -219,7 +147,8 @@ class StreamLoader:
             ValueError: a state of another version or other sources; or called after
                 iteration started (resume is for a fresh loader).
         """
-        load_loader_state(self._table.entries(), state, started=self._lifecycle is Lifecycle.OPEN)
+        started = self._lifecycle is Lifecycle.OPEN
+        load_loader_state(self._parts.table.entries(), state, started=started)
 
     def _check_open(self, what: str) -> None:
         if self._lifecycle is Lifecycle.CLOSED:
@@ -230,10 +159,7 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        self._mux.stop()
-        threads = self._table.stop_readers() + self._mux.threads()
-        join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
-        self._mux.release()
+        self._parts.stop(timeout_s=_JOIN_TIMEOUT_S)
 
     def __del__(self) -> None:
         if getattr(self, "_lifecycle", Lifecycle.CLOSED) is not Lifecycle.CLOSED:
