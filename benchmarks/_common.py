@@ -1,4 +1,5 @@
-"""What the benchmark modules share: CPU seconds, a measured child run, the report tail.
+"""What the benchmark modules share: CPU seconds, a measured child run, the rounds'
+rotated order, the plain OpenCV loop, the report tail.
 
 Each benchmark runs every contender in a fresh child process of its own script
 (``--child NAME`` plus hidden arguments), samples that child's PSS from outside, and
@@ -13,9 +14,12 @@ import json
 import os
 import platform
 import resource
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+C = TypeVar("C", bound=Hashable)
+R = TypeVar("R")
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -45,6 +49,76 @@ def run_child(cmd: Sequence[str], *, timeout_s: float) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_pss_mib"] = peak / 2**20
     return result
+
+
+def rotated(contenders: Sequence[C], round_index: int) -> list[C]:
+    """The order the contenders run in, in round ``round_index``: it starts at contender
+    ``round_index mod n`` and wraps around.
+
+    On the shared box whichever contender ran first in a round came out slowest (a
+    cache, page-cache or frequency effect as large as the gaps being measured); over
+    ``n`` rounds each contender runs in every position once, so that bias cancels.
+    """
+    k = round_index % len(contenders) if contenders else 0
+    return [*contenders[k:], *contenders[:k]]
+
+
+def interleave(
+    contenders: Sequence[C],
+    rounds: int,
+    run_one: Callable[[C, int], R | None],
+    *,
+    label: Callable[[C], str] = str,
+) -> tuple[dict[C, list[R]], list[list[str]]]:
+    """Run every contender once per round, each round in its rotated order.
+
+    ``run_one(contender, round_index)`` returns a result, or None for a run that failed
+    (the benchmark records why itself; that round then lacks the contender).
+
+    Returns:
+        The results per contender, in round order, and each round's order (each
+        contender as ``label`` names it), for the report's ``round_orders``.
+    """
+    runs: dict[C, list[R]] = {c: [] for c in contenders}
+    orders: list[list[str]] = []
+    for r in range(rounds):
+        order = rotated(contenders, r)
+        orders.append([label(c) for c in order])
+        for c in order:
+            got = run_one(c, r)
+            if got is not None:
+                runs[c].append(got)
+    return runs, orders
+
+
+def plain_batches(paths: Sequence[str], size: tuple[int, int]) -> Iterator[Any]:
+    """The loop a user writes without a loader: ``cap.read()`` from each file in turn
+    (OpenCV's default FFmpeg threads), ``cv2.resize`` into one preallocated batch,
+    ``torch.from_numpy``; each file loops at its end.  Yields the batch tensor, which
+    the next batch overwrites."""
+    import cv2
+    import numpy as np
+    import torch
+
+    caps = [cv2.VideoCapture(p) for p in paths]
+    batch = np.empty((len(caps), size[1], size[0], 3), np.uint8)
+    try:
+        while True:
+            for i, cap in enumerate(caps):
+                ok, frame = cap.read()
+                if not ok:
+                    cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                    ok, frame = cap.read()
+                if not ok:
+                    raise RuntimeError(
+                        f"{paths[i]}: no frame even after seeking to frame 0; is the "
+                        "file a readable video?"
+                    )
+                cv2.resize(frame, size, dst=batch[i])
+            yield torch.from_numpy(batch)
+    finally:
+        for cap in caps:
+            cap.release()
 
 
 def versions() -> dict[str, str]:

@@ -12,8 +12,9 @@ contenders interleaved over ``--repeats`` rounds, medians reported:
 - dataset-py: 512 samples made by ~1 ms of pure Python each (GIL-bound), 64x64x3,
   batches of 32; same contenders.
 - video: 4 looping 320x240 H.264 files batched to 4 x 160x160.
-  Contenders: a plain OpenCV loop (read each capture in turn, resize into a batch
-  array), ``StreamLoader`` untuned, ``StreamLoader`` with the tuned profile.
+  Contenders: a plain OpenCV loop (``_common.plain_batches``: read each capture in
+  turn, resize into a batch array), ``StreamLoader`` untuned, ``StreamLoader`` with the
+  tuned profile.
 
 Measured per run: items/s over ``--seconds`` after a 1 s warm-up that starts at the
 first batch, wait-for-batch (dataset) or frame age (video) p50/p99, and the peak PSS of
@@ -41,6 +42,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+
+from benchmarks._common import interleave  # noqa: E402
 
 DATASET = ("torch-defaults", "torch-recipe", "edgeload-untuned", "edgeload-tuned")
 VIDEO = ("opencv-loop", "edgeload-untuned", "edgeload-tuned")
@@ -176,23 +179,9 @@ def child_video(name: str, seconds: float, clips: list[str]) -> dict[str, Any]:
 
 
 def _opencv_loop(clips: list[str]) -> Any:
-    import cv2
-    import torch
+    from benchmarks._common import plain_batches
 
-    caps = [cv2.VideoCapture(c) for c in clips]
-    batch = np.empty((len(caps), 160, 160, 3), np.uint8)
-    try:
-        while True:
-            for i, cap in enumerate(caps):
-                ok, frame = cap.read()
-                if not ok:
-                    cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
-                    ok, frame = cap.read()
-                cv2.resize(frame, (160, 160), dst=batch[i])
-            yield torch.from_numpy(batch)
-    finally:
-        for cap in caps:
-            cap.release()
+    return plain_batches(clips, (160, 160))
 
 
 # --- the driver ---------------------------------------------------------------------------
@@ -262,12 +251,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{kind}] autotune: {len(result.trials)} trials in {result.elapsed_s:.0f} s;"
                   f" {result.reason}\n{tuned.read_text()}", file=sys.stderr)  # fmt: skip
             names = DATASET if kind.startswith("dataset") else VIDEO
-            runs: dict[str, list[Any]] = {n: [] for n in names}
-            for _ in range(args.repeats):
-                for name in names:
-                    profile = tuned if name == "edgeload-tuned" else empty
-                    runs[name].append(_run_child(kind, name, args.seconds, profile, clips))
-            rows.extend(_summarise(kind, names, runs))
+
+            def run_one(name: str, _round: int) -> Any:
+                profile = tuned if name == "edgeload-tuned" else empty  # noqa: B023
+                return _run_child(kind, name, args.seconds, profile, clips)  # noqa: B023
+
+            # Each round's order rotated: going first in a round is slowest on this box.
+            runs, orders = interleave(names, args.repeats, run_one)
+            rows.extend(_summarise(kind, names, runs, orders))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -284,7 +275,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summarise(kind: str, names: tuple[str, ...], runs: dict[str, list[Any]]) -> list[Any]:
+def _summarise(
+    kind: str, names: tuple[str, ...], runs: dict[str, list[Any]], orders: list[list[str]]
+) -> list[Any]:
     rows = []
     for name in names:
         got = runs[name]
@@ -295,7 +288,7 @@ def _summarise(kind: str, names: tuple[str, ...], runs: dict[str, list[Any]]) ->
             "p99_ms": statistics.median(r["p99_ms"] for r in got),
             "pss_bytes": statistics.median(r["pss_bytes"] for r in got),
             "runs_items_per_s": [round(r["items_per_s"], 1) for r in got],
-            "config": got[-1].get("config"),
+            "config": got[-1].get("config"), "round_orders": orders,
         })  # fmt: skip
     base = rows[0]["items_per_s"]
     for row in rows:

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._common import interleave
 from edgeload._compat import zip_strict
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
@@ -202,22 +203,27 @@ def run(args: argparse.Namespace) -> int:
         f"{args.out_size}x{args.out_size}; {os.cpu_count()} CPUs",
         flush=True,
     )
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="edgeload-bench-") as tmp:
         path = os.path.join(tmp, "jpegs.npz")
         np.savez(path, buffer=buffer, offsets=offsets)
-        for rep in range(args.repeats):
-            # Interleave the modes, so drift in a shared machine's load hits all alike.
-            for mode in args.modes:
-                r = _run_child(mode, path, args)
-                runs[mode].append(r)
-                print(
-                    f"  [{rep + 1}/{args.repeats}] {mode:<14} {r['images'] / r['seconds']:7.0f} "
-                    f"img/s  peak PSS {r['peak_pss_bytes'] / 2**20:6.0f} MiB  "
-                    f"CPU {r['cpu_ms_per_image']:.2f} ms/img",
-                    flush=True,
-                )
+
+        def run_one(mode: str, rep: int) -> dict[str, Any]:
+            r = _run_child(mode, path, args)
+            print(
+                f"  [{rep + 1}/{args.repeats}] {mode:<14} {r['images'] / r['seconds']:7.0f} "
+                f"img/s  peak PSS {r['peak_pss_bytes'] / 2**20:6.0f} MiB  "
+                f"CPU {r['cpu_ms_per_image']:.2f} ms/img",
+                flush=True,
+            )
+            return r
+
+        # Interleave the modes, so drift in a shared machine's load hits all alike, and
+        # rotate each round's order, so going first (slowest, on this box) does too.
+        runs, orders = interleave(args.modes, args.repeats, run_one)
     report = _summarise(runs, args)
+    report["load_average_before"] = list(load_before)
+    report["round_orders"] = orders
     _print(report)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

@@ -256,25 +256,32 @@ def run(args: argparse.Namespace) -> int:
         if c not in runnable:
             print(f"{c}: {versions[c]}", flush=True)
     cams, urls = _start_cameras(args, 18600 + os.getpid() % 1000)
-    runs: dict[str, list[dict[str, Any]]] = {}
     errors: dict[str, list[str]] = {}
     report["errors"] = errors
+
+    cases = {f"{name}@{ms:g}ms": (name, ms) for ms in args.consumer_ms for name in runnable}
+
+    def run_one(key: str, _round: int) -> dict[str, Any] | None:
+        name, ms = cases[key]
+        try:
+            r = _run_child(name, urls, site, ms / 1000, args)
+        except Exception as exc:  # one contender's failure is a result too
+            errors.setdefault(key, []).append(repr(exc)[-500:])
+            print(f"{name:>12} {ms:3g} ms: failed: {exc!r}"[:300], flush=True)
+            return None
+        print(f"{name:>12} {ms:3g} ms: age p50 {percentile(r['ages'], 50):6.1f} "
+              f"p99 {percentile(r['ages'], 99):6.1f} ms  unique/s/cam "
+              f"{min(r['unique_fps']):5.1f}  CPU "
+              f"{1000 * r['cpu_s'] / max(1, r['frames_unique']):5.2f} ms/frame  "
+              f"PSS {r['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
+        return r
+
+    # Every contender at every consumer delay, once per round; each round's order is
+    # rotated, so the slowness of going first in a round falls on each in turn.
     try:
-        for _ in range(args.rounds):
-            for ms in args.consumer_ms:
-                for name in runnable:
-                    try:
-                        r = _run_child(name, urls, site, ms / 1000, args)
-                    except Exception as exc:  # one contender's failure is a result too
-                        errors.setdefault(f"{name}@{ms:g}ms", []).append(repr(exc)[-500:])
-                        print(f"{name:>12} {ms:3g} ms: failed: {exc!r}"[:300], flush=True)
-                        continue
-                    runs.setdefault(f"{name}@{ms:g}ms", []).append(r)
-                    print(f"{name:>12} {ms:3g} ms: age p50 {percentile(r['ages'], 50):6.1f} "
-                          f"p99 {percentile(r['ages'], 99):6.1f} ms  unique/s/cam "
-                          f"{min(r['unique_fps']):5.1f}  CPU "
-                          f"{1000 * r['cpu_s'] / max(1, r['frames_unique']):5.2f} ms/frame  "
-                          f"PSS {r['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
+        runs, report["round_orders"] = _common.interleave(list(cases), args.rounds, run_one)
+        runs = {k: rs for k, rs in runs.items() if rs}
+        report["load_avg_after"] = os.getloadavg()
     finally:
         cams.terminate()
         cams.wait(10)

@@ -22,7 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, os_threads, plan_ffmpeg_threads, run_child, versions
+from benchmarks._common import (
+    cpu_s,
+    finish,
+    interleave,
+    os_threads,
+    plan_ffmpeg_threads,
+    run_child,
+    versions,
+)
 from benchmarks._common import main as bench_main
 
 _TIMEOUT_S = 180
@@ -98,23 +106,27 @@ def run(args: argparse.Namespace) -> int:
     from benchmarks.bench_video import make_clips
 
     paths = make_clips(args.cache, size=(640, 360), seconds=4.0)
-    runs: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for _ in range(args.rounds):
-        for n in args.streams:
-            for ff in args.ffmpeg_threads:
-                r = _run_child(paths, n, ff, args)
-                runs.setdefault((ff, n), []).append(r)
-                print(f"{n:>3} streams, ffmpeg {r['ffmpeg_threads']}: "
-                      f"{r['frames'] / r['span_s']:7.1f} frames/s  CPU "
-                      f"{1000 * r['cpu_s'] / r['frames']:5.2f} ms/frame  PSS "
-                      f"{r['peak_pss_mib']:6.0f} MiB  min/max rate "
-                      f"{min(r['rates']) / max(r['rates']):.2f}", flush=True)  # fmt: skip
+
+    def run_one(key: tuple[int, int], _round: int) -> dict[str, Any]:
+        ff, n = key
+        r = _run_child(paths, n, ff, args)
+        print(f"{n:>3} streams, ffmpeg {r['ffmpeg_threads']}: "
+              f"{r['frames'] / r['span_s']:7.1f} frames/s  CPU "
+              f"{1000 * r['cpu_s'] / r['frames']:5.2f} ms/frame  PSS "
+              f"{r['peak_pss_mib']:6.0f} MiB  min/max rate "
+              f"{min(r['rates']) / max(r['rates']):.2f}", flush=True)  # fmt: skip
+        return r
+
+    load_before = os.getloadavg()
+    # Each round's order rotated: going first in a round is slowest on this box.
+    keys = [(ff, n) for n in args.streams for ff in args.ffmpeg_threads]
+    runs, orders = interleave(keys, args.rounds, run_one, label=lambda k: f"{k[1]}@ffmpeg{k[0]}")
     w, h = args.size
     report: dict[str, Any] = {
         "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
         f"per stream, {args.seconds:g} s after 1 s warm-up",
-        "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "versions": versions(),
-        "slot_place_mib": w * h * 3 / 2**20, "results": {},
+        "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(),
+        "versions": versions(), "round_orders": orders, "slot_place_mib": w * h * 3 / 2**20, "results": {},
     }  # fmt: skip
     for ff in args.ffmpeg_threads:
         # Keyed by N alone for the plan's threads (as before), else "N@ffmpegK".

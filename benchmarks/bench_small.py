@@ -27,7 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, os_threads, plan_ffmpeg_threads, run_child, versions
+from benchmarks._common import (
+    cpu_s,
+    finish,
+    interleave,
+    os_threads,
+    plain_batches,
+    plan_ffmpeg_threads,
+    run_child,
+    versions,
+)
 from benchmarks._common import main as bench_main
 
 CONTENDERS = ("plain", "edgeload", "edgeload-ff1", "edgeload-ff0")
@@ -44,23 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
     parser.add_argument("--out", help="write the results as JSON here")
-
-
-def _plain(paths: list[str]) -> Any:
-    import cv2
-    import numpy as np
-    import torch
-
-    caps = [cv2.VideoCapture(p) for p in paths]
-    batch = np.empty((len(caps), OUT[1], OUT[0], 3), np.uint8)
-    while True:
-        for i, cap in enumerate(caps):
-            ok, frame = cap.read()
-            if not ok:
-                cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
-                ok, frame = cap.read()
-            cv2.resize(frame, OUT, dst=batch[i])
-        yield len(caps), torch.from_numpy(batch)
 
 
 def _edgeload(paths: list[str], ffmpeg_threads: int | None, info: dict[str, Any]) -> Any:
@@ -84,7 +76,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
     name, info = args.child, {}  # type: ignore[var-annotated]
     if name == "plain":
-        batches = _plain(args.paths)
+        batches = ((len(args.paths), b) for b in plain_batches(args.paths, OUT))
     else:
         ff = name.partition("-ff")[2]
         batches = _edgeload(args.paths, int(ff) if ff else None, info)
@@ -109,20 +101,23 @@ def run(args: argparse.Namespace) -> int:
     from benchmarks.bench_video import make_clips
 
     paths = make_clips(args.cache, size=IN, seconds=4.0)
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in args.contenders}
-    for _ in range(args.rounds):
-        for name in args.contenders:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", name,
-                   "--seconds", str(args.seconds), *map(str, paths)]  # fmt: skip
-            r = run_child(cmd, timeout_s=_TIMEOUT_S)
-            runs[name].append(r)
-            print(f"{name:>14}: {r['frames'] / r['span_s']:7.1f} frames/s  CPU "
-                  f"{1000 * r['cpu_s'] / r['frames']:5.3f} ms/frame  PSS "
-                  f"{r['peak_pss_mib']:5.0f} MiB", flush=True)  # fmt: skip
+
+    def run_one(name: str, _round: int) -> dict[str, Any]:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", name,
+               "--seconds", str(args.seconds), *map(str, paths)]  # fmt: skip
+        r = run_child(cmd, timeout_s=_TIMEOUT_S)
+        print(f"{name:>14}: {r['frames'] / r['span_s']:7.1f} frames/s  CPU "
+              f"{1000 * r['cpu_s'] / r['frames']:5.3f} ms/frame  PSS "
+              f"{r['peak_pss_mib']:5.0f} MiB", flush=True)  # fmt: skip
+        return r
+
+    load_before = os.getloadavg()
+    runs, orders = interleave(args.contenders, args.rounds, run_one)
     report: dict[str, Any] = {
         "workload": f"4 looping {IN[0]}x{IN[1]} H.264 files -> batches of 4 x "
         f"{OUT[0]}x{OUT[1]}, {args.seconds:g} s after {_WARMUP_S:g} s warm-up",
-        "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "versions": versions(),
+        "cpus": os.cpu_count(), "load_avg_before": load_before,
+        "load_avg": os.getloadavg(), "versions": versions(), "round_orders": orders,
         "results": {},
     }  # fmt: skip
     res = report["results"]
@@ -132,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             "fps": statistics.median(fps),
             "fps_runs": [round(f) for f in fps],
             "cpu_ms_per_frame": statistics.median(1000 * r["cpu_s"] / r["frames"] for r in rs),
+            "cpu_ms_per_frame_runs": [round(1000 * r["cpu_s"] / r["frames"], 3) for r in rs],
             "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
             "ffmpeg_threads": rs[0].get("ffmpeg_threads"),
         }
@@ -140,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
             # Per round, then the median: the rounds' load drifts hit both sides alike.
             m["vs_plain"] = statistics.median(
                 (a["frames"] / a["span_s"]) / (b["frames"] / b["span_s"])
+                for a, b in zip(runs[name], runs["plain"])
+            )
+            m["cpu_vs_plain"] = statistics.median(
+                (a["cpu_s"] / a["frames"]) / (b["cpu_s"] / b["frames"])
                 for a, b in zip(runs[name], runs["plain"])
             )
     return finish(report, args.out)

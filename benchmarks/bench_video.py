@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import cpu_s, finish, plan_ffmpeg_threads, run_child, versions
+from benchmarks._common import cpu_s, finish, interleave, plan_ffmpeg_threads, run_child, versions
 from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
@@ -296,14 +296,17 @@ def run(args: argparse.Namespace) -> int:
                               "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                               "versions": versions(), "modes": {}}  # fmt: skip
     chosen = [m for m in args.modes if m in THROUGHPUT + OVERRIDES]
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in chosen}
-    for _ in range(args.repeats):  # interleaved, so load drifting on a shared box hits all
-        for mode in chosen:
-            runs[mode].append(_run_child(mode, hd, 0.0))
-            r = runs[mode][-1]
-            print(f"{mode:>10}: {r['frames'] / r['seconds']:7.1f} frames/s  peak PSS "
-                  f"{r['peak_pss_mib']:6.0f} MiB  CPU {1000 * r['cpu_s'] / r['frames']:5.2f} "
-                  "ms/frame", flush=True)  # fmt: skip
+
+    def run_one(mode: str, _round: int) -> dict[str, Any]:
+        r = _run_child(mode, hd, 0.0)
+        print(f"{mode:>10}: {r['frames'] / r['seconds']:7.1f} frames/s  peak PSS "
+              f"{r['peak_pss_mib']:6.0f} MiB  CPU {1000 * r['cpu_s'] / r['frames']:5.2f} "
+              "ms/frame", flush=True)  # fmt: skip
+        return r
+
+    # Interleaved, so load drifting on a shared box hits all; rotated, so does going first.
+    runs, report["round_orders"] = interleave(chosen, args.repeats, run_one)
+    report["load_avg_after"] = os.getloadavg()
     for mode in chosen:
         fps = [r["frames"] / r["seconds"] for r in runs[mode]]
         report["modes"][mode] = {
@@ -314,6 +317,9 @@ def run(args: argparse.Namespace) -> int:
             "cpu_ms_per_frame": statistics.median(
                 1000 * r["cpu_s"] / r["frames"] for r in runs[mode]
             ),
+            "cpu_ms_per_frame_runs": [
+                round(1000 * r["cpu_s"] / r["frames"], 3) for r in runs[mode]
+            ],
         }
         # FFmpeg threads per stream in each round (the ceiling's: which of its two won)
         report["modes"][mode]["ffmpeg_threads_runs"] = [r.get("ffmpeg_threads") for r in runs[mode]]
@@ -330,6 +336,10 @@ def run(args: argparse.Namespace) -> int:
                     for a, b in zip(runs[ours], runs[peer])
                 )
                 modes[ours][f"vs_{peer}"] = modes[ours]["fps"] / modes[peer]["fps"]
+                modes[ours][f"cpu_vs_{peer}_per_round"] = statistics.median(
+                    (a["cpu_s"] / a["frames"]) / (b["cpu_s"] / b["frames"])
+                    for a, b in zip(runs[ours], runs[peer])
+                )
     for mode in [m for m in args.modes if m in LATENCY]:
         r = _run_child(mode, small, args.latency_seconds)
         report["modes"][mode] = {
