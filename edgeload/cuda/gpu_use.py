@@ -86,9 +86,10 @@ def fence_bytes(view: Any, stream: Any) -> bool:
 class SlotGuard:
     """The slot pool's GPU half of the lease rule, for pools in a GPU memory mode.
 
-    When the consumer drops a batch, the pool calls :meth:`fence` with the stream that
-    was current in the consumer's thread when the batch was handed out, and the pool
-    skips a free slot while :meth:`busy` says the GPU still reads it. So a
+    The pool calls :meth:`lease` when it hands a batch out, which notes the stream
+    current in the consumer's thread, and :meth:`fence` when the consumer drops it,
+    which fences the slot on that stream; :meth:`pop_idle` skips a free slot while the
+    GPU still reads it. So a
     ``batch.cuda(non_blocking=True)`` queued behind the model's kernels finishes
     before the slot is written again.
 
@@ -98,17 +99,20 @@ class SlotGuard:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        self._lease_streams: dict[int, Any] = {}  # slot index -> consumer's stream then
 
-    def consumer_stream(self) -> Any:
-        """The stream current in the calling (consumer's) thread."""
-        return self.engine.current_stream()
+    def lease(self, index: int) -> None:
+        """Slot ``index`` goes to the consumer: note the stream current in its thread."""
+        self._lease_streams[index] = self.engine.current_stream()
 
-    def fence(self, view: np.ndarray[Any, Any], stream: Any) -> bool:
-        """Fence ``view``'s bytes on ``stream`` and on the calling thread's stream.
+    def fence(self, index: int, view: np.ndarray[Any, Any]) -> bool:
+        """Slot ``index`` came back: fence ``view``'s bytes on the stream noted at its
+        lease and on the calling thread's stream.
 
         Returns False when no fence could be made (interpreter exit, a broken
         runtime): the pool then retires the slot rather than risk rewriting it.
         """
+        stream = self._lease_streams.pop(index, None)
         if sys.is_finalizing():
             return False
         owner = find_owner(view)
@@ -124,6 +128,13 @@ class SlotGuard:
             return False
         return True
 
-    def busy(self, view: np.ndarray[Any, Any]) -> bool:
-        """Whether GPU work fenced on ``view``'s bytes is still queued."""
-        return gpu_busy(view)
+    def pop_idle(self, free: list[int], arrays: list[np.ndarray[Any, Any]]) -> int | None:
+        """Pop from ``free`` the newest slot no queued GPU work reads, or None."""
+        for position in range(len(free) - 1, -1, -1):
+            if not gpu_busy(arrays[free[position]]):
+                return free.pop(position)
+        return None
+
+    def forget(self) -> None:
+        """The pool closed: drop the streams noted for slots still leased."""
+        self._lease_streams.clear()

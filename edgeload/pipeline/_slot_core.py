@@ -1,7 +1,8 @@
 """The slot pool's types and its lease bookkeeping: which slot is where.
 
 Kept apart from :mod:`edgeload.pipeline.slots` so the pool's finalizer and the weak-reference
-callbacks hold this state and never the pool itself.
+callbacks hold this state and never the pool itself. How a leased slot comes back is
+:mod:`._slot_returns`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 
 from ..errors import ClosedError, WaitTimeout
 from ._shm import SlotRef
+from ._slot_returns import collect, on_drop
 from .lifecycle import POLL_INTERVAL_S, Wakeups
 
-__all__ = ["Allocator", "Backing", "PoolCore", "Releaser", "Slot", "SlotStats", "on_drop"]
+__all__ = ["Allocator", "Backing", "PoolCore", "Slot", "SlotStats"]
 
 _log = logging.getLogger("edgeload")
 
@@ -98,7 +100,7 @@ class PoolCore:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        # Reentrant: GC may free a leased GPU view, and so run on_release, while this
+        # Reentrant: GC may free a leased GPU view, and so run its Releaser, while this
         # thread already holds it. A plain lock, not a Condition: the consumer's main
         # thread takes it, and Condition.__enter__/__exit__ are Python code where Ctrl-C
         # could leave it held for good (issue #13). Producers wait on ``returned``.
@@ -111,8 +113,7 @@ class PoolCore:
         self.acquired: set[int] = set()
         self.leased: dict[int, weakref.ref[np.ndarray]] = {}
         self.retired: set[int] = set()
-        self.guard: Any = None
-        self.lease_streams: dict[int, Any] = {}  # consumer's stream when each was leased
+        self.guard: Any = None  # a GPU mode's SlotGuard (edgeload.cuda.gpu_use)
         self.copies = 0  # leases delivered as copies (SlotStats.copies)
         self.gpu_waits = 0  # acquires that waited for the GPU (SlotStats.gpu_waits)
         self.closed = False
@@ -131,7 +132,7 @@ class PoolCore:
         self.check_acquired(index)
         self.acquired.remove(index)
         self.free.append(index)
-        self.wake()
+        self.returned.post(None)
 
     def take(self, timeout_s: float | None, grow_one: Callable[[], bool]) -> Slot:
         """Move a free slot to ``acquired`` and return it, waiting up to ``timeout_s``.
@@ -150,7 +151,7 @@ class PoolCore:
             with self.lock:
                 if self.closed:
                     raise ClosedError(f"{self.name}: acquire() after close()")
-                self.collect()
+                collect(self)
                 index = self.take_free()
                 if index is not None:
                     self.acquired.add(index)
@@ -166,12 +167,7 @@ class PoolCore:
                 poll = _GPU_POLL_S if gpu_busy else POLL_INTERVAL_S
                 left = poll if deadline is None else deadline - time.monotonic()
                 if left <= 0:
-                    raise WaitTimeout(
-                        f"{self.name}: no free slot within {timeout_s} s ({len(self.views)} "
-                        f"slots: {len(self.acquired)} being filled, {len(self.leased)} held "
-                        f"by the consumer, {len(self.free)} still read by the GPU); release "
-                        "batches sooner or raise max_bytes"
-                    )
+                    raise _no_free_slot(self, timeout_s)
             self.returned.wait(min(left, poll))
 
     def lease(self, index: int, view: np.ndarray) -> None:
@@ -181,7 +177,7 @@ class PoolCore:
             raise TypeError("slot view has no ndarray base")
         self.acquired.remove(index)
         if self.guard is not None:
-            self.lease_streams[index] = self.guard.consumer_stream()
+            self.guard.lease(index)
         self.leased[index] = weakref.ref(base, on_drop(self, index))
 
     def copy_out(self, index: int, *, reserve: int, max_bytes: int | None) -> np.ndarray:
@@ -203,7 +199,7 @@ class PoolCore:
 
     def snapshot(self, *, nbytes: int) -> SlotStats:
         """The slot counts now (lock held)."""
-        self.collect()
+        collect(self)
         return SlotStats(
             count=len(self.views),
             free=len(self.free),
@@ -215,44 +211,12 @@ class PoolCore:
             retired=len(self.retired),
         )
 
-    def on_release(self, index: int) -> None:
-        with self.lock:
-            if self._take_back(index):
-                self.wake()
-
-    def _take_back(self, index: int) -> bool:
-        """Slot ``index``'s view is gone: free it (or retire it); whether it is free."""
-        if self.leased.pop(index, None) is None or self.closed:
-            return False
-        stream = self.lease_streams.pop(index, None)
-        if self.guard is not None and not self.guard.fence(self.arrays[index], stream):
-            self.retired.add(index)
-            return False
-        self.free.append(index)
-        return True
-
-    def wake(self) -> None:
-        """Wake one producer waiting for a slot (one came back)."""
-        self.returned.post(None)
-
-    def collect(self) -> None:
-        """Take back the slots whose views are gone (lock held).
-
-        The dead weak reference is the record, not the wake-up on ``returned``, so a
-        wake-up lost to an interrupt loses no slot.
-        """
-        self.returned.clear()
-        for index in [i for i, ref in self.leased.items() if ref() is None]:
-            self._take_back(index)
-
     def take_free(self) -> int | None:
         """Pop a free slot the GPU no longer reads (newest first), or None."""
         if self.guard is None:
             return self.free.pop() if self.free else None
-        for position in range(len(self.free) - 1, -1, -1):
-            if not self.guard.busy(self.arrays[self.free[position]]):
-                return self.free.pop(position)
-        return None
+        index: int | None = self.guard.pop_idle(self.free, self.arrays)
+        return index
 
     def close(self) -> None:
         with self.lock:
@@ -261,34 +225,19 @@ class PoolCore:
             self.acquired.clear()
             self.leased.clear()
             self.retired.clear()
-            self.lease_streams.clear()
+            if self.guard is not None:
+                self.guard.forget()
             self.arrays.clear()
-            self.wake()
+            self.returned.post(None)
             backings, self.backings = self.backings, []
         for backing in backings:
             backing.close()
 
 
-class Releaser:
-    """Weak-reference callback: the consumer dropped the last view of a slot."""
-
-    __slots__ = ("_core", "_index")
-
-    def __init__(self, core: PoolCore, index: int) -> None:
-        self._core, self._index = core, index
-
-    def __call__(self, _ref: object) -> None:
-        self._core.on_release(self._index)
-
-
-def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
-    """The weak-reference callback for a leased view of slot ``index``.
-
-    It runs in whichever thread drops the last reference, usually the consumer's main
-    thread, and any Python code there is a point where Ctrl-C's KeyboardInterrupt can
-    be raised; raised inside a weakref callback, it is printed as "Exception ignored"
-    and lost, and the program runs on (issue #13). So a host slot's callback is C code
-    only, ``SimpleQueue.put``: it wakes a waiting producer, and ``collect`` takes the
-    slot back. A GPU slot is fenced on the dropping thread's stream, which needs Python.
-    """
-    return Releaser(core, index) if core.guard is not None else core.returned.post
+def _no_free_slot(core: PoolCore, timeout_s: float | None) -> WaitTimeout:
+    """The error for an acquire that found no free slot in time: where the slots are."""
+    return WaitTimeout(
+        f"{core.name}: no free slot within {timeout_s} s ({len(core.views)} slots: "
+        f"{len(core.acquired)} being filled, {len(core.leased)} held by the consumer, "
+        f"{len(core.free)} still read by the GPU); release batches sooner or raise max_bytes"
+    )

@@ -36,6 +36,7 @@ from ..vocabulary import MemoryMode
 from ._shm import SHM_DIR, SlotRef, attach, check_shm_space
 from ._slot_core import Backing, PoolCore, Slot, SlotStats
 from ._slot_memory import PAGE_SIZE, SlotStore, allocate_backing, register_memory_mode
+from ._slot_returns import collect
 
 if TYPE_CHECKING:  # numpy.typing arrived in numpy 1.20; JetPack 5 ships 1.17
     import numpy.typing as npt
@@ -180,7 +181,7 @@ class SlotPool:
         core = self._core
         with core.lock:
             self._check_open("lease()")
-            core.collect()
+            collect(core)
             core.check_acquired(slot.index)
             while self._starves() and self._store.grow_one():
                 pass
