@@ -124,19 +124,24 @@ def test_ffmpeg_chosen_without_gstreamer_and_explicit_gstreamer_refused():
                      gstreamer=False)  # fmt: skip
 
 
-def _read_all(source, **kwargs):
+def _run_reader(source, sink, **kwargs):
+    """Read ``source`` into ``sink`` with FFmpeg in a reader thread, to its end."""
     target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
                           decoder="software")  # fmt: skip
+    reader = StreamReader(source, target, stream_id=0, sink=sink, **kwargs)
+    reader.start()
+    assert reader.join(20)
+    return reader
+
+
+def _read_all(source, **kwargs):
     got = []
 
     def sink(frame, info):
         got.append((info.seq, frame.shape, frame.__array_interface__["data"][0]))
         return True
 
-    reader = StreamReader(source, target, stream_id=0, sink=sink, **kwargs)
-    reader.start()
-    assert reader.join(20)
-    return reader, got
+    return _run_reader(source, sink, **kwargs), got
 
 
 def test_reader_decodes_every_frame_into_one_buffer(small):
@@ -149,16 +154,10 @@ def test_reader_decodes_every_frame_into_one_buffer(small):
 
 
 def test_a_sink_that_raises_fails_a_file_stream_and_the_fault_keeps_the_exception(small):
-    source = VideoSource(small)
-    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
-                          decoder="software")  # fmt: skip
-
     def rejecting_sink(frame, info):
         raise RuntimeError(f"the model refused frame {info.seq}")
 
-    reader = StreamReader(source, target, stream_id=0, sink=rejecting_sink)
-    reader.start()
-    assert reader.join(20)
+    reader = _run_reader(VideoSource(small), rejecting_sink)
     fault = reader.connection.last_error
     assert reader.connection.phase is SourceState.FAILED  # a file does not retry
     assert isinstance(fault.exc, RuntimeError) and fault.type_name == "RuntimeError"
@@ -185,12 +184,7 @@ def test_a_realtime_replay_behind_its_schedule_skips_frames_as_late(small):
         time.sleep(0.1)  # three frame intervals at 30 fps
         return True
 
-    source = VideoSource(small, realtime=True)
-    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
-                          decoder="software")  # fmt: skip
-    reader = StreamReader(source, target, stream_id=0, sink=slow_sink)
-    reader.start()
-    assert reader.join(20)
+    reader = _run_reader(VideoSource(small, realtime=True), slow_sink)
     loop = reader.frame_loop
     assert reader.connection.phase is SourceState.ENDED
     # Every frame of the clip was grabbed once: delivered, or skipped to keep pace.
@@ -205,12 +199,7 @@ def test_a_looping_file_keeps_counting_while_its_position_wraps(small):
         got.append(info.seq)
         return len(got) < 45
 
-    source = VideoSource(small, loop=True)
-    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
-                          decoder="software")  # fmt: skip
-    reader = StreamReader(source, target, stream_id=0, sink=sink)
-    reader.start()
-    assert reader.join(20)
+    reader = _run_reader(VideoSource(small, loop=True), sink)
     assert got == list(range(45))
     assert reader.frame_loop.playhead.position == 15  # the 30-frame clip, once and a half
     assert reader.connection.phase is SourceState.CLOSED
