@@ -2,8 +2,9 @@
 
 A class's size is its ``class`` statement to its last line, read with ``ast``.  The
 classes still over the limit are listed with their size today: a new one fails, and
-so does a listed one that grows, and an entry whose class is under the limit or gone
-(take it out: the list says what is still to split).
+so does a listed one that grows.  Take an entry out once its class fits: an entry
+still listed after that does not fail (a split elsewhere must not break the suite),
+but it lets its class grow back to the listed size.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ MAX_CLASS_LINES = 150
 # Over the limit today ("module path:class" -> lines); each may shrink, none may grow.
 OVER_THE_LIMIT = {
     "dataset/loader.py:DataLoader": 233,
-    "pipeline/_slot_core.py:PoolCore": 182,
     "pipeline/prefetch.py:Prefetcher": 180,
     "pipeline/workers.py:WorkerPool": 165,
     "dataset/_epoch.py:EpochIterator": 160,
@@ -53,16 +53,6 @@ def test_no_class_is_over_the_limit_or_grew_past_its_listed_size():
     assert not found, (
         f"classes over {MAX_CLASS_LINES} lines: {found}; split each by concept "
         "(STYLE.md: one concept per module), do not raise the limits here"
-    )
-
-
-def test_every_listed_class_is_still_there_and_still_over_the_limit():
-    sizes = class_sizes()
-    stale = {name: sizes.get(name) for name in OVER_THE_LIMIT}
-    stale = {name: lines for name, lines in stale.items() if (lines or 0) <= MAX_CLASS_LINES}
-    assert not stale, (
-        f"listed in OVER_THE_LIMIT but gone (None) or now within {MAX_CLASS_LINES} lines: "
-        f"{stale}; take them out of the list in tests/test_class_sizes.py"
     )
 
 
