@@ -40,7 +40,6 @@ class Fetcher:
         self.info: Any = None
         self._reader = SampleReader(spec, self.dataset, worker_id)
         self._seeded_base: int | None = None
-        self._suggest_layout = True
 
     def start(self, start: WorkerStart) -> None:
         """Seed (once per base seed), run ``worker_init_fn``, open the dataset iterator."""
@@ -102,11 +101,13 @@ class Fetcher:
         if spec.collate_fn is not None:
             result.data = spec.collate_fn(samples)
             return
-        if self._reader.slot_map is None and self._suggest_layout and isinstance(task.index, list):
-            # The first batch decides whether samples are fixed-size; the loader makes
-            # its slot pool from the layout this sends back.
+        reader = self._reader
+        if not reader.planned and isinstance(task.index, list):
+            # A first batch the reader could not write as it read (``__getitems__``)
+            # decides here whether samples are fixed-size; the loader makes its slot
+            # pool from the layout this sends back.
             layout = result.layout = _collate.plan_slot_map(samples[0], len(task.index))
-            self._reader.slot_map, self._suggest_layout = layout, False
+            reader.slot_map, reader.planned = layout, True
             if layout is not None and len(samples) <= layout.batch_size:
                 # Fresh memory in the same layout, without torch.stack (whose thread
                 # pool stalls when the cores are busy decoding).

@@ -1,13 +1,16 @@
 """How a worker reads one task's samples: by index, or from its stream of an iterable.
 
-With a slot map and a map-style dataset the samples go straight into the task's slot
-(or fresh memory of the same layout) as they are read; otherwise they come back as a
-list for the collate step.  A sample whose loading raises is skipped and reported
+With the default collate and a map-style dataset the samples go straight into the
+task's slot (or fresh memory of the same layout) as they are read; a worker's first
+batch learns that layout from its first sample.  Otherwise they come back as a list
+for the collate step.  A sample whose loading raises is skipped and reported
 (``on_error="skip"``) or ends the task as a :class:`SampleError`.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,8 @@ class SampleReader:
         """Iterable datasets: samples drawn from the stream this epoch."""
         self.slot_map: _collate.SlotMap | None = None
         """The layout of fixed-size batches, once the first batch has shown it."""
+        self.planned = False
+        """Whether a first sample has decided ``slot_map`` (None: samples unsuited)."""
 
     def open(self, start: WorkerStart) -> None:
         """Open the dataset's stream for an epoch and skip what a resumed run drew."""
@@ -57,9 +62,12 @@ class SampleReader:
     def read(self, task: Task, result: Result) -> list[Any] | None:
         """The task's samples, or None when they are already in ``result`` (written
         into the slot, or the stream ended)."""
-        slot_map = self._streaming_map(task)
-        if slot_map is not None:
-            return self._read_streaming(task, result, slot_map)
+        if self._can_stream(task):
+            slot_map = task.layout or self.slot_map
+            if slot_map is not None:
+                return self._write(task, result, slot_map, self._samples(task, result))
+            if not self.planned and isinstance(task.index, list):
+                return self._read_first(task, result)
         spec = self._spec
         if spec.iterable:
             return self._read_iterable(task, result)
@@ -72,32 +80,47 @@ class SampleReader:
                 return list(getitems(task.index))
             except Exception as exc:
                 raise SampleError(task.index, exc) from exc
-        out = []
-        for index in task.index:
-            sample = self._one(index, result)
-            if sample is not _SKIPPED:
-                out.append(sample)
-        return out
+        return list(self._samples(task, result))
 
-    def _streaming_map(self, task: Task) -> _collate.SlotMap | None:
-        """The layout to write samples into as they are read, if this task can."""
+    def _can_stream(self, task: Task) -> bool:
+        """Whether this task's samples may be written as they are read (given a layout)."""
         spec = self._spec
         slot_map = task.layout or self.slot_map
-        if (
-            slot_map is None
-            or spec.iterable
+        return not (
+            spec.iterable
             or not spec.auto_collation
             or spec.collate_fn is not None
             or (getattr(self._dataset, "__getitems__", None) and not spec.skip_errors)
-            or len(task.index) > slot_map.batch_size
-        ):
-            return None
-        return slot_map
+            or (slot_map is not None and len(task.index) > slot_map.batch_size)
+        )
 
-    def _read_streaming(
-        self, task: Task, result: Result, slot_map: _collate.SlotMap
+    def _samples(self, task: Task, result: Result) -> Iterator[Any]:
+        for index in task.index:
+            sample = self._one(index, result)
+            if sample is not _SKIPPED:
+                yield sample
+
+    def _read_first(self, task: Task, result: Result) -> list[Any] | None:
+        """The worker's first batch: its first sample decides the layout (sent back in
+        ``result.layout`` for the loader's slots), the rest are written as they come.
+
+        Holding a whole batch of samples in a list first would leave that peak (a batch's
+        size) in the worker thread's malloc arena for the rest of the run.
+        """
+        samples = self._samples(task, result)
+        first = next(samples, _SKIPPED)
+        if first is _SKIPPED:
+            return []  # all skipped: the next batch decides
+        self.planned = True
+        layout = self.slot_map = result.layout = _collate.plan_slot_map(first, len(task.index))
+        if layout is None:
+            return [first, *samples]  # not fixed-size arrays: default_collate
+        return self._write(task, result, layout, itertools.chain([first], samples))
+
+    def _write(
+        self, task: Task, result: Result, slot_map: _collate.SlotMap, samples: Iterator[Any]
     ) -> list[Any] | None:
-        """Read samples straight into the slot (or fresh memory): no list of samples.
+        """Write ``samples`` straight into the slot (or fresh memory): no list of them.
 
         Returns None when the batch is complete in memory (``result.rows`` for a slot,
         ``result.data`` otherwise), or the samples for ``default_collate`` when one does
@@ -111,20 +134,15 @@ class SampleReader:
             buf = _attach(task.slot)
         views = _collate.batch_views(slot_map, buf)
         rows = 0
-        fallback: list[Any] | None = None
-        for index in task.index:
-            sample = self._one(index, result)
-            if sample is _SKIPPED:
+        for sample in samples:
+            if _collate.put_row(slot_map, views, sample, rows):
+                rows += 1
                 continue
-            if fallback is None:
-                if _collate.put_row(slot_map, views, sample, rows):
-                    rows += 1
-                    continue
-                fallback = [_collate.read_row(slot_map, buf, r) for r in range(rows)]
-            fallback.append(sample)
+            fallback = [_collate.read_row(slot_map, buf, r) for r in range(rows)]
+            return [*fallback, sample, *samples]
         del views
-        if fallback is not None or rows == 0:
-            return fallback or []
+        if rows == 0:
+            return []
         if task.slot is not None:
             result.rows = rows
         else:
