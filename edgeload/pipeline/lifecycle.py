@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "join_threads",
     "limit_library_threads",
     "release_frames",
+    "scoped_environ",
     "thread_env",
     "thread_name",
     "weak_call",
@@ -168,22 +169,30 @@ def limit_library_threads(num_threads: int, *, env: bool = True, torch: bool = T
 
 
 @contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then put back what was there (a
+    variable that was unset is unset again).  No lock: callers that may overlap hold one."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+@contextlib.contextmanager
 def thread_env(num_threads: int) -> Iterator[None]:
     """Set the OpenMP/BLAS thread variables while a worker process starts, then restore.
 
     A spawned child reads its environment before it imports anything, so numpy's BLAS
     pool is sized by these, not by the machine's core count.
     """
-    saved = {var: os.environ.get(var) for var in _THREAD_ENV_VARS}
-    os.environ.update({var: str(num_threads) for var in _THREAD_ENV_VARS})
-    try:
+    with scoped_environ({var: str(num_threads) for var in _THREAD_ENV_VARS}):
         yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 class Wakeups:

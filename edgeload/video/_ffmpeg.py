@@ -23,6 +23,8 @@ import os
 import threading
 from collections.abc import Iterator
 
+from ..pipeline.lifecycle import scoped_environ
+
 OPTIONS_VAR = "OPENCV_FFMPEG_CAPTURE_OPTIONS"
 THREADS_VAR = "OPENCV_FFMPEG_THREADS"
 # FFmpeg probes a live stream for 5 s by default to estimate its frame rate; 1 s is
@@ -64,14 +66,5 @@ def scoped_env(values: dict[str, str]) -> Iterator[None]:
     if not values:
         yield
         return
-    with _env_lock:
-        saved = {name: os.environ.get(name) for name in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for name, old in saved.items():
-                if old is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = old
+    with _env_lock, scoped_environ(values):
+        yield
