@@ -79,13 +79,13 @@ class HeldItems:
         self.nbytes += nbytes
         self.puts += item is not self._end
 
-    def first(self) -> Any:
-        return self._items[0][0]
-
-    def pop(self) -> Any:
-        """Remove and return the oldest item, for the consumer."""
+    def take(self) -> tuple[Any, bool]:
+        """The oldest item for the consumer, and whether it was removed: the end marker
+        stays, so every later take sees it too."""
+        if self._items[0][0] is self._end:
+            return self._end, False
         self.gets += 1
-        return self._pop()
+        return self._pop(), True
 
     def drop_oldest(self) -> Any:
         """Remove and return the oldest item, dropped to make room."""

@@ -12,14 +12,12 @@ End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Final, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, WaitTimeout, WorkerTimeout
+from ._handoff import Handoff
 from ._held import HeldItems, PrefetchStats
-from .lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
+from .lifecycle import Lifecycle
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 
@@ -61,20 +59,6 @@ def _check_arguments(name: str, policy: str, max_items: int, max_bytes: int | No
         raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
 
 
-def _timed_out(name: str, op: str, timeout_s: float | None, items: HeldItems) -> Exception:
-    """The error for a ``get`` that found no item, or a ``put`` no room, in time."""
-    if op == "get":
-        return WorkerTimeout(
-            f"{name}: no item within {timeout_s} s (depth 0); the producers may be "
-            "stalled or hung; raise timeout_s= if they are just slow",
-            worker=name,
-        )
-    return WaitTimeout(
-        f"{name}: no room within {timeout_s} s (depth {len(items)}/{items.max_items}, "
-        f"{items.nbytes} bytes held); the consumer is not taking items"
-    )
-
-
 class Prefetcher(Generic[T]):
     """A thread-safe FIFO between producers and one consumer, bounded in items and bytes.
 
@@ -109,13 +93,7 @@ class Prefetcher(Generic[T]):
         self._on_drop = on_drop
         self._items = HeldItems(max_items, max_bytes, END)
         self._ended = False
-        self._lifecycle = Lifecycle.OPEN
-        # The consumer, often the main thread where Ctrl-C lands, takes ``_lock`` with
-        # ``with`` (C, unlike Condition.__enter__) and waits on ``_arrived`` holding no
-        # lock (issue #13); producers, edgeload's threads, wait for room on ``_cond``.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._arrived = Wakeups()
+        self._handoff = Handoff(name, self._items)  # the lock, the waits, the lifecycle
 
     def __enter__(self) -> Prefetcher[T]:
         return self
@@ -134,11 +112,7 @@ class Prefetcher(Generic[T]):
     @property
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
-        return self._lifecycle is Lifecycle.CLOSED
-
-    def _check_open(self, what: str) -> None:
-        if self._lifecycle is Lifecycle.CLOSED:
-            raise ClosedError(f"{self.name}: {what} after close()")
+        return self._handoff.lifecycle is Lifecycle.CLOSED
 
     def put(self, item: T, *, nbytes: int = 0, timeout_s: float | None = None) -> None:
         """Add ``item`` of ``nbytes`` bytes; with ``block``, wait for room.
@@ -160,17 +134,17 @@ class Prefetcher(Generic[T]):
                 "raise max_bytes (the prefetch budget) or use smaller batches"
             )
         dropped: list[T] = []
-        with self._lock:
-            self._check_open("put()")
+        with self._handoff.lock:
+            self._handoff.check_open("put()")
             if self._ended:
                 raise ValueError(f"{self.name}: put() after put_end()")
             if self.policy == "latest":
                 while not self._items.fits(nbytes):
                     dropped.append(self._items.drop_oldest())
             else:
-                self._wait_for(lambda: self._items.fits(nbytes), timeout_s, "put")
+                self._handoff.wait_for_room(lambda: self._items.fits(nbytes), timeout_s)
             self._items.append(item, nbytes)
-            self._arrived.post_once()
+            self._handoff.arrived()
         if self._on_drop is not None:
             for old in dropped:
                 self._on_drop(old)
@@ -181,12 +155,12 @@ class Prefetcher(Generic[T]):
         Raises:
             ClosedError: the queue is closed.
         """
-        with self._lock:
-            self._check_open("put_end()")
+        with self._handoff.lock:
+            self._handoff.check_open("put_end()")
             if not self._ended:
                 self._ended = True
                 self._items.append(END, 0)
-                self._arrived.post_once()
+                self._handoff.arrived()
 
     def get(self, *, timeout_s: float | None = None) -> T | _End:
         """Remove and return the oldest item, or END once the stream ended.
@@ -198,60 +172,23 @@ class Prefetcher(Generic[T]):
             ClosedError: the queue is closed (also while waiting).
             WorkerTimeout: nothing arrived within ``timeout_s``.
         """
-        start: float | None = None
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            with self._lock:
-                self._check_open("get()")
-                now = time.monotonic()
-                if self._items:
-                    if start is not None:
-                        self._items.add_wait("get", now - start)
-                    head: T | _End = self._items.first()
-                    if head is END:
-                        return head  # END stays, so every later get also sees it
-                    item: T = self._items.pop()
-                    self._cond.notify_all()
-                    return item
-                start = now if start is None else start
-                left = POLL_INTERVAL_S if deadline is None else deadline - now
-                if left <= 0:
-                    self._items.add_wait("get", now - start)
-                    raise _timed_out(self.name, "get", timeout_s, self._items)
-            self._arrived.wait(min(left, POLL_INTERVAL_S))
-
-    def _wait_for(self, ready: Callable[[], bool], timeout_s: float | None, op: str) -> None:
-        """Wait on the condition (held) until ``ready()``; a producer's wait for room."""
-        if ready():
-            return
-        start = time.monotonic()
-        deadline = None if timeout_s is None else start + timeout_s
-        try:
-            while not ready():
-                self._check_open(f"{op}()")
-                left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    raise _timed_out(self.name, op, timeout_s, self._items)
-                self._cond.wait(min(left, POLL_INTERVAL_S))
-        finally:
-            self._items.add_wait(op, time.monotonic() - start)
+        item: T | _End = self._handoff.take(timeout_s)
+        return item
 
     def stats(self) -> PrefetchStats:
         """Return a snapshot of the counters."""
-        with self._lock:
+        with self._handoff.lock:
             return self._items.stats()
 
     def drain(self) -> list[T]:
         """Remove and return every held item (not END), e.g. to release their slots."""
-        with self._lock:
+        with self._handoff.lock:
             items: list[T] = self._items.drain()
-            self._cond.notify_all()
+            self._handoff.made_room()
             return items
 
     def close(self) -> None:
         """Wake every waiter with ClosedError and drop held items; idempotent."""
-        with self._lock:
-            self._lifecycle = Lifecycle.CLOSED
+        with self._handoff.lock:
             self._items.clear()
-            self._cond.notify_all()
-            self._arrived.post_once()
+            self._handoff.close()

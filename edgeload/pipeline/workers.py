@@ -14,7 +14,6 @@ GIL-bound Python. Process workers should write array payloads into shared slots
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import weakref
 from collections.abc import Callable
@@ -23,9 +22,8 @@ from typing import Any
 from ..errors import ClosedError, EdgeloadError, WorkerError
 from ..vocabulary import WorkerKind
 from ._executors import start_executor
-from ._worker_errors import death_error, task_error, timeout_error
+from ._pending import PendingTasks, WorkerResult
 from ._worker_info import WorkerInfo, choose_start_method, current_worker
-from .failure import Failure
 from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, Lifecycle, interrupted
 
 __all__ = [
@@ -43,17 +41,6 @@ DEFAULT_TIMEOUT_S = 10.0
 """How long ``get`` waits for a result before calling the worker hung (seconds)."""
 JOIN_TIMEOUT_S = 2.0
 """How long ``close`` waits for workers to finish before terminating processes."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerResult:
-    """One finished task."""
-
-    index: int
-    """The index ``submit`` returned for the task."""
-    value: Any
-    worker: int
-    """Id of the worker that ran it."""
 
 
 def _check_arguments(
@@ -114,9 +101,7 @@ class WorkerPool:
         self.timeout_s = timeout_s
         self.name = name
         self.start_method = choose_start_method(start_method) if kind == "process" else None
-        self._fn_name = getattr(fn, "__qualname__", repr(fn))
-        self._pending: dict[int, int] = {}  # task index -> worker id
-        self._next_index = 0
+        self._tasks = PendingTasks(name, getattr(fn, "__qualname__", repr(fn)), num_workers)
         self._lifecycle = Lifecycle.OPEN
         self._executor = start_executor(
             fn,
@@ -146,7 +131,7 @@ class WorkerPool:
     @property
     def pending(self) -> int:
         """Tasks submitted whose result ``get`` has not returned yet."""
-        return len(self._pending)
+        return len(self._tasks)
 
     @property
     def pids(self) -> list[int]:
@@ -166,16 +151,12 @@ class WorkerPool:
             WorkerError: that worker process is dead.
         """
         self._check_open("submit()")
-        index = self._next_index
-        wid = index % self.num_workers if worker is None else worker
-        if not 0 <= wid < self.num_workers:
-            raise ValueError(f"{self.name}: worker must be in 0..{self.num_workers - 1}, got {wid}")
+        index, wid = self._tasks.route(worker)
         try:
             self._executor.send(wid, index, task)
         except WorkerError as exc:
-            raise self._death(exc) from None
-        self._next_index += 1
-        self._pending[index] = wid
+            raise self._tasks.death(exc, self._executor.dead_wid) from None
+        self._tasks.add(index, wid)
         return index
 
     def get(self, *, timeout_s: float | None = None) -> WorkerResult:
@@ -192,7 +173,7 @@ class WorkerPool:
             WorkerTimeout: no result within the timeout.
         """
         self._check_open("get()")
-        if not self._pending:
+        if not self._tasks:
             raise EdgeloadError(f"{self.name}: get() with no task pending; submit() first")
         timeout = self.timeout_s if timeout_s is None else timeout_s
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -201,25 +182,12 @@ class WorkerPool:
             try:
                 msg = self._executor.recv(min(left, POLL_INTERVAL_S))
             except WorkerError as exc:
-                raise self._death(exc) from None
+                raise self._tasks.death(exc, self._executor.dead_wid) from None
             if msg is not None:
-                return self._unpack(*msg)
+                return self._tasks.finish(*msg, describe=self._executor.describe)
             self._check_open("get()")
             if deadline is not None and time.monotonic() >= deadline:
-                raise timeout_error(
-                    self.name, self.kind, timeout, self._pending, self._executor, self._fn_name
-                )
-
-    def _unpack(self, index: int, wid: int, ok: bool, payload: Any) -> WorkerResult:
-        self._pending.pop(index, None)
-        if ok:
-            return WorkerResult(index, payload, wid)
-        failure: Failure = payload
-        who = self._executor.describe(wid)
-        raise task_error(self.name, self._fn_name, index, who, failure) from failure.exc
-
-    def _death(self, exc: WorkerError) -> WorkerError:
-        return death_error(self.name, exc, self._pending, self._executor.dead_wid)
+                raise self._tasks.timeout(self.kind, timeout, self._executor)
 
     def close(self, *, timeout_s: float = JOIN_TIMEOUT_S) -> None:
         """Stop and join the workers (terminating processes that overrun); idempotent.
