@@ -9,12 +9,28 @@ wake-up lost to Ctrl-C loses no slot. All of it works on the pool's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import threading
+import weakref
+from typing import Any, Callable, Protocol
 
-if TYPE_CHECKING:
-    from ._slot_core import PoolCore
+import numpy as np
+
+from .lifecycle import Wakeups
 
 __all__ = ["Releaser", "collect", "on_drop"]
+
+
+class PoolCore(Protocol):
+    """What of :class:`~._slot_core.PoolCore` the return path uses (its fields)."""
+
+    lock: threading.RLock
+    returned: Wakeups
+    leased: dict[int, weakref.ref[np.ndarray]]
+    free: list[int]
+    retired: set[int]
+    arrays: list[np.ndarray]
+    guard: Any
+    closed: bool
 
 
 def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
