@@ -18,8 +18,6 @@ MAX_CLASS_LINES = 150
 
 # Over the limit today ("module path:class" -> lines); each may shrink, none may grow.
 OVER_THE_LIMIT = {
-    "dataset/loader.py:DataLoader": 233,
-    "dataset/_epoch.py:EpochIterator": 160,
     # Grew past the limit after this list was made (b7a1114, the first batch's layout).
     "dataset/_reading.py:SampleReader": 152,
 }

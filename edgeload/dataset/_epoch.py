@@ -1,9 +1,8 @@
-"""One pass over a DataLoader: hand tasks to workers, put results back in order.
+"""One pass over a DataLoader: torch's iterator, turning each task's result into a batch.
 
-Task ``p`` of a map-style epoch goes to worker ``p % num_workers``, the assignment torch
-uses; an iterable dataset's tasks go round-robin over the workers whose stream has not
-ended.  Each worker handles its tasks in order, so what it produces, and its random
-state, depend only on the tasks before (see :mod:`._state`).
+The tasks themselves go out and come back in order through :mod:`._in_flight`. Each
+worker handles its tasks in order, so what it produces, and its random state, depend
+only on the tasks before (see :mod:`._state`).
 """
 
 from __future__ import annotations
@@ -16,11 +15,12 @@ from typing import Any, Iterator
 from ..errors import WorkerError
 from ..pipeline.failure import Failure, worker_error
 from ..pipeline.lifecycle import release_frames
+from ._in_flight import TasksInFlight
 from ._sampling import EpochOrder
 from ._settings import LoaderSettings
 from ._slots import LoaderSlots
 from ._state import EpochProgress, LoaderState
-from ._tasks import Result, Task
+from ._tasks import Result
 
 
 class EpochIterator(Iterator[Any]):
@@ -50,18 +50,16 @@ class EpochIterator(Iterator[Any]):
         len_called: int | None,
         on_end: Callable[[EpochIterator, bool], None],
     ) -> None:
-        self._settings, self._state, self._exec, self._slots = settings, state, executor, slots
+        self._settings, self._state, self._slots = settings, state, slots
         self._order = order
         self._length, self._len_called, self._on_end = length, len_called, on_end
         # Taken now: once the pass ends, the pool releases its process objects.
         self._worker_handles = list(getattr(executor, "workers", []))
         self.progress = progress
+        self._tasks = TasksInFlight(settings, executor, slots, order, progress)
         self._num_yielded = 0
-        self._pending: dict[int, Result] = {}
-        self._in_flight: dict[int, Any] = {}  # position -> slot (or None)
-        self._exhausted = self._done = False
+        self._done = False
         self.skipped = 0
-        self._next_pos = progress.yielded
 
     @property
     def done(self) -> bool:
@@ -83,39 +81,6 @@ class EpochIterator(Iterator[Any]):
     def __iter__(self) -> EpochIterator:
         return self
 
-    def _fill(self) -> None:
-        limit = self._settings.max_in_flight(self._slots.layout)
-        while not self._exhausted and len(self._in_flight) < limit:
-            pos = self._next_pos
-            try:
-                index = next(self._order)
-            except StopIteration:
-                self._exhausted = True
-                return
-            self._next_pos += 1
-            if pos in self.progress.ahead:
-                continue  # yielded before the resume (in_order=False)
-            worker = self.progress.assign(pos, iterable=self._settings.sampling.iterable)
-            if worker is None:
-                self._exhausted = True
-                return
-            slot, layout = self._slots.acquire(index)
-            self._in_flight[pos] = slot
-            self._exec.submit(worker, Task(pos, index, self._exec.slot_handle(slot), layout))
-
-    def _take(self) -> Result | None:
-        while True:
-            if self._settings.in_order:
-                head = min(self._in_flight, default=None)
-                if head is not None and head in self._pending:
-                    return self._pending.pop(head)
-            elif self._pending:
-                return self._pending.pop(next(iter(self._pending)))
-            if not self._in_flight:
-                return None
-            result: Result = self._exec.get(timeout_s=self._settings.timeout_s)
-            self._pending[result.position] = result
-
     def __next__(self) -> Any:
         try:
             return self._next()
@@ -130,14 +95,12 @@ class EpochIterator(Iterator[Any]):
         while True:
             if self._done:
                 raise StopIteration
-            self._fill()
-            result = self._take()
-            if result is None:
+            taken = self._tasks.next_result()
+            if taken is None:
                 self._done = True
                 self._on_end(self, True)
                 raise StopIteration
-            slot = self._in_flight.pop(result.position)
-            batch = self._handle(result, slot)
+            batch = self._handle(*taken)
             if batch is not _NOTHING:
                 self._num_yielded += 1
                 if self._settings.sampling.iterable:
@@ -178,10 +141,7 @@ class EpochIterator(Iterator[Any]):
 
     def close(self) -> None:
         """Release the slots of tasks still in flight (their results are dropped)."""
-        for slot in self._in_flight.values():
-            self._slots.release(slot)
-        self._in_flight.clear()
-        self._pending.clear()
+        self._tasks.close()
         self._done = True
 
 

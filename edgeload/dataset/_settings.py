@@ -131,6 +131,27 @@ def plan_request(loader: Any) -> PlanRequest:
     return PlanRequest(**{f.name: getattr(loader, f.name) for f in fields(PlanRequest)})
 
 
+def epoch_settings(loader: Any, choice: LoaderChoice) -> LoaderSettings:
+    """The :class:`LoaderSettings` of ``loader``'s attributes as they are now, with the
+    plan's ``choice``."""
+    return LoaderSettings(
+        dataset=loader.dataset,
+        sampling=loader._sampling,
+        collate_fn=loader.collate_fn,
+        worker_init_fn=loader.worker_init_fn,
+        context=loader.multiprocessing_context,
+        generator=loader.generator,
+        timeout_s=loader.timeout or None,
+        in_order=loader.in_order,
+        skip_errors=loader.on_error == "skip",
+        max_skips=loader.max_skips,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+        engine=loader.engine,
+        choice=choice,
+    )
+
+
 def start_method_of(context: Any) -> str | None:
     """The start method ``multiprocessing_context`` names (a name or a context), if any."""
     if context is None or isinstance(context, str):

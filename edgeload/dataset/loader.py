@@ -20,23 +20,16 @@ IterableDataset that does not shard itself would yield every sample once per wor
 from __future__ import annotations
 
 import contextlib
-import warnings
-from collections.abc import Callable, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
 
 from ..errors import ClosedError
 from ..pipeline.lifecycle import Lifecycle
 from ._auto import resolve_plan
-from ._checks import check_arguments, check_context, warn_worker_count
-from ._device import check_gpu_mode
 from ._epoch import EpochIterator
-from ._resume import (
-    apply_loader_state,
-    loader_state,
-)
+from ._resume import apply_loader_state, loader_state
 from ._runner import EpochRunner
-from ._sampling import build_sampling
-from ._settings import UNPLANNED, LoaderChoice, LoaderSettings, plan_request
+from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request
 from ._state import LoaderState
 from ._torch_surface import TorchSurface
 from ._worker_ctx import get_worker_info
@@ -96,84 +89,12 @@ class DataLoader(TorchSurface, Generic[T_co]):
     mode this device lacks). ``plan`` holds the plan consulted; ``stats()`` the counters.
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        batch_size: int | None = 1,
-        shuffle: bool | None = None,
-        sampler: Any = None,
-        batch_sampler: Any = None,
-        num_workers: int | Literal["auto"] = 0,
-        collate_fn: Callable[[Any], Any] | None = None,
-        pin_memory: bool | Literal["auto"] = "auto",
-        drop_last: bool = False,
-        timeout: float = 0,
-        worker_init_fn: Callable[[int], None] | None = None,
-        multiprocessing_context: Any = None,
-        generator: Any = None,
-        *,
-        prefetch_factor: int | None = None,
-        persistent_workers: bool = False,
-        pin_memory_device: str = "",
-        in_order: bool = True,
-        worker_kind: Literal["auto", "thread", "process"] = "auto",
-        prefetch_bytes: int | None = None,
-        memory_mode: str = "auto",
-        on_error: Literal["raise", "skip"] = "raise",
-        max_skips: int = 0,
-        engine: Any = None,
-    ) -> None:
-        check_arguments(
-            num_workers=num_workers,
-            timeout=timeout,
-            worker_kind=worker_kind,
-            on_error=on_error,
-            max_skips=max_skips,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            prefetch_bytes=prefetch_bytes,
-        )
-        check_gpu_mode(memory_mode, engine)
-        self.engine = engine
-        context = check_context(multiprocessing_context, num_workers)
-        sampling = build_sampling(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            drop_last=drop_last,
-            generator=generator,
-        )
-        super().__init__(dataset, sampling, generator)
-        self.num_workers = num_workers
-        self.collate_fn = collate_fn
-        self.pin_memory = pin_memory
-        self.timeout = timeout
-        self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = context
-        self.prefetch_factor = prefetch_factor
-        self.persistent_workers = persistent_workers
-        self.pin_memory_device = pin_memory_device
-        if pin_memory and pin_memory_device:
-            warnings.warn(
-                "pin_memory_device is deprecated, the current accelerator will be used as the "
-                f"device,ignore pin_memory_device='{pin_memory_device}'.",
-                stacklevel=2,
-            )
-        self.in_order = in_order
-        self.worker_kind = worker_kind
-        self.prefetch_bytes = prefetch_bytes
-        self.memory_mode = memory_mode
-        self.on_error = on_error
-        self.max_skips = max_skips
+    def _setup(self) -> None:
         self._choice: LoaderChoice = UNPLANNED
         self._planned: tuple[Any, ...] | None = None
         self._state = LoaderState()
         self._runner = EpochRunner(self._state)
         self._lifecycle = Lifecycle.UNOPENED  # OPEN from the first iter(), CLOSED by close()
-        warn_worker_count(num_workers, threads=worker_kind == "thread")
-        self._seal()
 
     @property
     def plan(self) -> Any:
@@ -201,9 +122,9 @@ class DataLoader(TorchSurface, Generic[T_co]):
             raise ClosedError("DataLoader: iter() after close()")
         self._lifecycle = Lifecycle.OPEN
         self._runner.abandon()
-        return self._runner.start(
-            self._settings(), length=self.__len__, len_called=self._len_called
-        )
+        self._resolve()
+        settings = epoch_settings(self, self._choice)
+        return self._runner.start(settings, length=self.__len__, len_called=self._len_called)
 
     def _resolve(self) -> None:
         """Take the plan's choices for what the user left on ``"auto"``.
@@ -218,26 +139,6 @@ class DataLoader(TorchSurface, Generic[T_co]):
         self._choice = resolve_plan(plan_request(self))
         slots = self.collate_fn is None and self._sampling.auto_collation
         self._runner.replan(self._choice, slots_enabled=slots, engine=self.engine)
-
-    def _settings(self) -> LoaderSettings:
-        """This epoch's settings: the attributes as they are now, and the plan's choice."""
-        self._resolve()
-        return LoaderSettings(
-            dataset=self.dataset,
-            sampling=self._sampling,
-            collate_fn=self.collate_fn,
-            worker_init_fn=self.worker_init_fn,
-            context=self.multiprocessing_context,
-            generator=self.generator,
-            timeout_s=self.timeout or None,
-            in_order=self.in_order,
-            skip_errors=self.on_error == "skip",
-            max_skips=self.max_skips,
-            prefetch_factor=self.prefetch_factor,
-            persistent_workers=self.persistent_workers,
-            engine=self.engine,
-            choice=self._choice,
-        )
 
     # Checkpoint ----------------------------------------------------------------------
 
