@@ -24,7 +24,10 @@ Consumers: ``--consumer-ms`` (80 and 10): the model's time per batch, a sleep.
 Figures per contender: true age p50/p99/max, unique frames per second per camera,
 CPU ms per delivered unique frame (the contender's process, not the cameras').
 
-Run: ``flock /tmp/cpu.lock python scripts/bench.py live [--rounds 2] [--out r.json]``.
+Run: ``flock /tmp/cpu.lock python scripts/bench.py live [--rounds 2] [--out r.json]``;
+``--baseline DIR`` also runs the StreamLoader of the checkout in DIR (another commit)
+as ``edgeload-base``, interleaved with the rest, to measure a change before and after.
+edgeload's results carry its own ``age_ms`` on the same frames (``own_age_*``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median)")
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of another commit: its "
+        "StreamLoader runs too, as edgeload-base (before/after a change)",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
 
 
@@ -69,11 +78,15 @@ def _edgeload(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Cal
 
     loader = StreamLoader(urls, size=OUT)
     batches = iter(loader)
+    own: list[tuple[float, float]] = OWN_AGES
 
     def take() -> list[tuple[int, Any]]:
         batch = next(batches)
         frames = batch.frames.numpy()
-        return [(m.stream_id, frames[i]) for i, m in enumerate(batch.meta) if m is not None]
+        metas = [(i, m) for i, m in enumerate(batch.meta) if m is not None]
+        now = time.monotonic()
+        own.extend((now, m.age_ms) for _, m in metas)  # what edgeload says the age is
+        return [(m.stream_id, frames[i]) for i, m in metas]
 
     def close() -> None:
         streams = loader.stats()["streams"]
@@ -85,6 +98,7 @@ def _edgeload(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Cal
 
 
 DIAGNOSTICS: dict[str, Any] = {}
+OWN_AGES: list[tuple[float, float]] = []  # edgeload's own age_ms per frame, with when
 
 
 def _opencv(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Callable[[], None]]:
@@ -170,6 +184,9 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("YOLO_OFFLINE", "True")
     sys.path.append(args.site)
     sys.path.insert(0, str(ROOT / "tests"))
+    if args.edgeload_from:  # edgeload-base: another checkout's loader, for before/after
+        sys.path.insert(0, args.edgeload_from)
+        name = "edgeload"
     import clock_camera
     import cv2  # noqa: F401  (as in the user's program: the memory baselines match)
     import torch  # noqa: F401
@@ -210,9 +227,10 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         close()
     frames_unique = sum(len(u) for u in unique)
+    own = [age for at, age in OWN_AGES if at >= measured_at]
     return {"ages": ages, "unique_fps": [len(u) / span for u in unique], "cpu_s": cpu,
             "frames_unique": frames_unique, "unreadable": unreadable, "span_s": span,
-            "stale": stale[:20], **DIAGNOSTICS}  # fmt: skip
+            "stale": stale[:20], "own_ages": own, **DIAGNOSTICS}  # fmt: skip
 
 
 # --- the parent ------------------------------------------------------------------------
@@ -235,6 +253,8 @@ def _run_child(name: str, urls: list[str], site: Path, consumer_s: float,
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--site", str(site),
            "--consumer", str(consumer_s), "--warmup", str(args.warmup),
            "--seconds", str(args.seconds), *urls]  # fmt: skip
+    if name == "edgeload-base":
+        cmd[4:4] = ["--edgeload-from", str(Path(args.baseline).resolve())]
     return _common.run_child(cmd, timeout_s=_TIMEOUT_S)
 
 
@@ -252,6 +272,9 @@ def run(args: argparse.Namespace) -> int:
         "versions": _common.versions(), "results": {},
     }  # fmt: skip
     runnable = [c for c in args.contenders if not versions.get(c, "").startswith("missing")]
+    if args.baseline:
+        runnable.insert(1, "edgeload-base")
+        report["baseline"] = str(args.baseline)
     for c in args.contenders:
         if c not in runnable:
             print(f"{c}: {versions[c]}", flush=True)
@@ -295,14 +318,35 @@ def run(args: argparse.Namespace) -> int:
                 1000 * r["cpu_s"] / max(1, r["frames_unique"]) for r in rs),
             "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
             "unreadable": sum(r["unreadable"] for r in rs), "runs": len(rs),
+            # per round, so before/after pairs can be read round by round
+            "age_p99_ms_rounds": [percentile(r["ages"], 99) for r in rs],
+            **_own_ages(rs, percentile),
             "diagnostics": [{k: r.get(k) for k in ("stale", "streams")} for r in rs],
         }  # fmt: skip
     return _common.finish(report, args.out)
 
 
+def _own_ages(rs: list[dict[str, Any]], percentile: Callable[..., float]) -> dict[str, Any]:
+    """edgeload's own ``age_ms`` on the same frames (medians over rounds): the true age
+    minus it is what no RTSP client sees (the camera's encode, the first transit)."""
+    if not all(r.get("own_ages") for r in rs):
+        return {}
+    return {
+        "own_age_p50_ms": statistics.median(percentile(r["own_ages"], 50) for r in rs),
+        "own_age_p99_ms": statistics.median(percentile(r["own_ages"], 99) for r in rs),
+        "unseen_p50_ms": statistics.median(
+            percentile(r["ages"], 50) - percentile(r["own_ages"], 50) for r in rs),
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (``--child NAME`` runs one contender)."""
-    hidden = [("--site", {}), ("--consumer", {"type": float}), ("urls", {"nargs": "*"})]
+    hidden = [
+        ("--site", {}),
+        ("--consumer", {"type": float}),
+        ("--edgeload-from", {}),
+        ("urls", {"nargs": "*"}),
+    ]
     return _common.main(argv, doc=__doc__ or "", add_arguments=add_arguments, run=run,
                         child=_child, hidden=hidden)  # fmt: skip
 

@@ -21,6 +21,7 @@ from .._deps import require_torch
 from ..errors import SourceError
 from ..pipeline.prefetch import END
 from ._frame_loop import Sink, Wants
+from ._hand_over import FreshFrame
 from ._mux import Mux
 from ._stream_table import StreamEntry, StreamTable
 from .assembler import Assembler, Sealed
@@ -32,11 +33,17 @@ from .stats import Telemetry
 _log = logging.getLogger("edgeload")
 
 
-def make_sink(asm: Assembler, stream: StreamEntry, running: Callable[[], bool]) -> Sink:
-    """The reader's sink: claim a place, resize the frame into it, commit it."""
+def make_sink(
+    asm: Assembler, stream: StreamEntry, running: Callable[[], bool], fresh: FreshFrame | None
+) -> Sink:
+    """The reader's sink: claim a place, resize the frame into it, commit it; or, for a
+    ``latest`` stream beside active ``every`` ones, resize it into ``fresh``."""
     writer, latest = stream.writer, stream.source.policy == "latest"
 
     def sink(frame: np.ndarray, info: FrameInfo) -> bool:
+        if fresh is not None and asm.rules.handing_over():
+            fresh.write(frame, info, writer)
+            return True
         claim = asm.claim(stream.sid, latest=latest)
         if claim is None:
             return running()
@@ -60,16 +67,18 @@ def reader_for(
     running: Callable[[], bool],
     ffmpeg_threads: int,
     wants_for: Callable[[int, bool], Wants | None],
+    fresh_for: Callable[[int, bool], FreshFrame | None],
 ) -> StreamReader:
     """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
     frame the consumer received, and only a network source waits for ``gate``."""
     src = stream.source
+    latest = src.policy == "latest"
     return StreamReader(
         src, stream.target,
-        stream_id=stream.sid, sink=make_sink(asm, stream, running),
+        stream_id=stream.sid, sink=make_sink(asm, stream, running, fresh_for(stream.sid, latest)),
         ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
         gate=gate if src.network else None,
-        wants=wants_for(stream.sid, src.policy == "latest"),
+        wants=wants_for(stream.sid, latest),
     )  # fmt: skip
 
 
@@ -98,9 +107,7 @@ class Delivery:
             SourceError: a stream failed and ``raise_errors`` is set.
             WorkerTimeout: no batch within ``timeout_s``.
         """
-        demand = self._mux.demand
-        if demand is not None:
-            demand.asked()
+        self._mux.demand.asked()
         item = self._mux.next_sealed(self._timeout_s, check=self.raise_failures,
                                      phases=self._table.phases)  # fmt: skip
         if item is None:
@@ -108,10 +115,8 @@ class Delivery:
         if item is END:
             self.raise_failures()
             raise StopIteration
-        batch = build_batch(item, self._table.get, self.telemetry, self._copier)
-        if demand is not None:
-            demand.taken()
-        return batch
+        self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
+        return build_batch(item, self._table.get, self.telemetry, self._copier)
 
     def raise_failures(self) -> None:
         """Report each stream that ended with an error, once."""

@@ -4,9 +4,10 @@ The :class:`~edgeload.video.assembler.Assembler` places the readers' frames into
 slots; its loop runs in the mux thread (``edgeload-video-mux``) and ships each batch
 into a bounded :class:`~edgeload.pipeline.prefetch.Prefetcher`, which the consumer's
 ``next()`` reads.  With every stream ``latest`` the queue holds one batch (a newer one
-replaces it) and :class:`~edgeload.video.demand.Demand` lets the readers skip frames
-no batch will ship; beside ``every`` streams, :class:`~edgeload.video.demand.MixedDemand`
-does that for the ``latest`` ones.
+replaces it).  Beside ``every`` streams, ``latest`` frames are copied into each batch
+as it is handed to the consumer (:class:`~edgeload.video._hand_over.HandOver`), so
+they never wait in the queue.  Either way :class:`~edgeload.video.demand.Demand`
+lets the ``latest`` readers skip frames no batch will ship.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
 from ._batch_pools import BatchPools
 from ._frame_loop import Wants
+from ._hand_over import FreshFrame, HandOver
 from .assembler import MAX_OPEN, Assembler, Sealed
-from .demand import Demand, MixedDemand
+from .demand import Demand
 
 
 def _give_back(sealed: Sealed) -> None:
@@ -54,7 +56,7 @@ class Mux:
         active: Callable[[], list[int]],
         tick: Callable[[], None],
     ) -> None:
-        self._tick = tick
+        self._tick, self._place_shape = tick, tuple(slot_shape(1)[1:])
         self.depth = 1 if all_latest else max(1, slot_count - 2)
         self.prefetch: Prefetcher[Sealed] = Prefetcher(
             max_items=self.depth,
@@ -66,12 +68,11 @@ class Mux:
         # Prefetched + the open ones + one being shipped + two the consumer may hold.
         count = self.depth + MAX_OPEN + 3
         self.pools = BatchPools(slot_shape, count=count, memory_mode=memory_mode, engine=engine)
-        # All latest: a frame ships if the consumer takes it. Beside every streams: if
-        # it is the last before its batch stops being the newest.
-        self.demand = Demand(lambda: prefetch.stats().depth) if all_latest else None
-        self.assembler = Assembler(self.pools, batch=batch, deadline_s=deadline_s,
-                                   active=active)  # fmt: skip
-        self.mixed = None if all_latest else MixedDemand(self.assembler.latest_target)
+        self.assembler = asm = Assembler(self.pools, batch=batch, deadline_s=deadline_s,
+                                         active=active, hand_over=not all_latest)  # fmt: skip
+        self.hand_over = None if all_latest else HandOver(asm.rules)
+        # A latest frame ships if the consumer takes it: convert it just before then.
+        self.demand = Demand(lambda: 0 if asm.rules.handing_over() else prefetch.stats().depth)
         self._thread = threading.Thread(target=self._run, name="edgeload-video-mux", daemon=True)
 
     def wants_for(self, stream_id: int, latest: bool) -> Wants | None:
@@ -79,9 +80,23 @@ class Mux:
         ``latest`` streams skip any)."""
         if not latest:
             return None
-        if self.demand is not None:
-            return self.demand.wants
-        return self.mixed.wants_for(stream_id) if self.mixed is not None else None
+        self.assembler.rules.latest.add(stream_id)  # one C call: no lock needed
+        return self.demand.wants
+
+    def fresh_for(self, stream_id: int, latest: bool) -> FreshFrame | None:
+        """Where ``latest`` stream ``stream_id`` converts while ``every`` streams fill
+        the batches (None: its frames go into the batches directly)."""
+        if not latest or self.hand_over is None:
+            return None
+        return self.hand_over.register(stream_id, self._place_shape)
+
+    def handed(self, sealed: Sealed, known: Callable[[int], bool]) -> None:
+        """``sealed`` goes to the consumer now: fill in the ``latest`` frames, and note
+        that the consumer is back at its model.  ``known``: the streams in the loader."""
+        if self.hand_over is not None:
+            self.hand_over.fill(sealed, known)
+        self.demand.taken()
+        self.assembler.taken()
 
     def start(self) -> None:
         """Start the mux thread."""

@@ -106,6 +106,7 @@ class LoaderParts:
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=running,
             ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
+            fresh_for=mux.fresh_for,
         )  # fmt: skip
         self.delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
                                  timeout_s=opts.timeout_s)  # fmt: skip

@@ -43,6 +43,10 @@ class OpenBatch:
     sealing: bool = False
     """The mux is shipping it: no new claims."""
     meta: Sealed = field(init=False)
+    stale: np.ndarray = field(init=False)
+    """Per place: its ``latest`` frame was placed before the consumer's last take, so
+    it would reach the consumer a whole model step late.  It does not make the batch
+    full (a newer frame of its stream replaces it); a partial batch still ships it."""
 
     def __post_init__(self) -> None:
         n = self.size
@@ -55,6 +59,7 @@ class OpenBatch:
             np.zeros(n, np.float64),
             np.zeros(n, np.float64),
         )
+        self.stale = np.zeros(n, bool)
 
 
 class Placement:
@@ -69,6 +74,30 @@ class Placement:
         self.fixed = fixed
         self.active = active
         self.places: dict[int, int] = {}  # stream id -> place (one place per stream)
+        self.latest: set[int] = set()  # the ``latest`` streams
+        self.hand_over = False
+        """``latest`` frames beside active ``every`` streams are filled in as a batch is
+        handed over (:mod:`edgeload.video._hand_over`); sealing does not wait for them."""
+
+    def handing_over(self) -> bool:
+        """Whether ``latest`` frames are filled in at the hand-over now."""
+        return self.hand_over and any(s not in self.latest for s in self.active())
+
+    def waited_for(self) -> list[int]:
+        """The active streams whose frames a batch waits for."""
+        active = self.active()
+        if self.hand_over and self.latest:
+            every = [s for s in active if s not in self.latest]
+            return every or active
+        return active
+
+    def _kept_free(self) -> int:
+        """Places of a fixed batch the ``every`` streams leave for the hand-over: one per
+        active ``latest`` stream, and at least one for them."""
+        if self.fixed is None or not self.handing_over():
+            return 0
+        latest = sum(1 for s in self.active() if s in self.latest)
+        return min(latest, self.fixed - 1)
 
     def size(self) -> int:
         """The places of the next batch."""
@@ -103,17 +132,20 @@ class Placement:
         if not latest:
             # ``every`` streams deliver all their frames anyway: first come, first placed,
             # so a fast file never waits for a slow one (order per stream still holds).
-            return int(free[0]) if len(free) else None
+            return int(free[0]) if len(free) > self._kept_free() else None
         # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
         mine = np.flatnonzero(meta.stream_id == stream_id)
+        old = mine[batch.stale[mine]]
+        if len(old):
+            return int(old[0])  # a stale frame of its own goes first
         if len(free) and len(mine) < math.ceil(batch.size / max(1, len(self.active()))):
             return int(free[0])
         return int(mine[-1]) if len(mine) else None
 
     def full(self, batch: OpenBatch) -> bool:
         """Whether every place the batch waits for holds a frame."""
-        meta = batch.meta
+        ready = batch.meta.valid & ~batch.stale
         if self.fixed is not None:
-            return bool(meta.valid.all())
-        active = [self.places[s] for s in self.active() if s in self.places]
-        return bool(active) and all(p < batch.size and meta.valid[p] for p in active)
+            return int(ready.sum()) >= self.fixed - self._kept_free()
+        waited = [self.places[s] for s in self.waited_for() if s in self.places]
+        return bool(waited) and all(p < batch.size and ready[p] for p in waited)

@@ -16,9 +16,12 @@ the next batch (back-pressure down to the reader, and so to the file).
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Callable
+
+import numpy as np
 
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ._batch_pools import BatchPools
@@ -39,6 +42,8 @@ class Assembler:
         batch: a fixed batch size, or None for one place per stream.
         deadline_s: seal a partial batch this long after it opened.
         active: returns the ids of streams still delivering, in place order.
+        hand_over: ``latest`` frames beside ``every`` streams are filled in at the
+            hand-over (:mod:`edgeload.video._hand_over`), not placed here.
     """
 
     def __init__(
@@ -48,9 +53,11 @@ class Assembler:
         batch: int | None,
         deadline_s: float,
         active: Callable[[], list[int]],
+        hand_over: bool = False,
     ) -> None:
         self._pools = pools
-        self._rules = Placement(batch, active)
+        self.rules = self._rules = Placement(batch, active)
+        self._rules.hand_over = hand_over
         self.deadline_s = deadline_s
         self._active = active
         self._cond = threading.Condition(threading.Lock())
@@ -93,6 +100,9 @@ class Assembler:
                         continue
                 if found is not None:
                     batch, place = found
+                    if batch.opened_at == math.inf:  # its first frame since the last take
+                        batch.opened_at = time.monotonic()
+                    batch.stale[place] = False
                     batch.meta.valid[place] = False
                     batch.meta.stream_id[place] = stream_id
                     batch.writing += 1
@@ -103,22 +113,18 @@ class Assembler:
                 self._cond.wait(POLL_INTERVAL_S)
         return None
 
-    def latest_target(self, stream_id: int) -> tuple[float, bool, bool] | None:
-        """Where a ``latest`` frame of ``stream_id`` would go now (cond taken).
-
-        Returns ``(opened_at, replaces, head)``: when the newest open batch opened,
-        whether the frame would replace one of the stream's own there, and whether that
-        batch ships next (no older batch is open); None when no batch is open to take
-        it.  See :class:`edgeload.video.demand.MixedDemand`.
-        """
+    def taken(self) -> None:
+        """The consumer took a batch: ``latest`` frames in open batches missed it, so they
+        are stale (:attr:`OpenBatch.stale`); a batch of only those has no deadline
+        until its next frame."""
         with self._cond:
-            found = self._rules.find(self._opens, stream_id, True)
-            if found is None:
-                return None
-            batch, place = found
-            meta = batch.meta
-            replaces = bool(meta.valid[place] and meta.stream_id[place] == stream_id)
-            return batch.opened_at, replaces, batch is self._opens[0]
+            latest = list(self._rules.latest)
+            for batch in self._opens:
+                placed = np.isin(batch.meta.stream_id, latest)
+                if not batch.sealing and placed.any():
+                    batch.stale |= placed
+                    if placed.sum() == (batch.meta.stream_id >= 0).sum():
+                        batch.opened_at = math.inf
 
     def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""

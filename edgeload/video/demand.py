@@ -18,22 +18,14 @@ frame is dropped unconverted and counted.
 The fields are plain floats and bools, written by the consumer thread and read by
 readers; a stale read only moves one frame's decision, so no lock is taken.
 
-In a loader that also has ``every`` streams the consumer's cadence says little
-about when a ``latest`` frame ships: its frame goes into the newest open batch and
-stays there, replaced by each newer one, until that batch stops being the newest
-(it is sealed, or ``every`` streams open another, which they do as soon as the
-consumer frees a slot).  :class:`MixedDemand` learns that cadence instead, from when
-each newest batch opened, and converts a frame when the
-newest batch is due to change within about one frame interval, or when it fills an
-empty place in the batch that ships next (which may seal as soon as it is full).
-A frame claimed before the change still goes into its batch, so no margin is needed.
+Beside ``every`` streams a ``latest`` frame is copied into the batch as the consumer
+takes it (:mod:`edgeload.video._hand_over`), so the same cadence times its
+conversion, and nothing waits for the consumer there (``pending`` is 0).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import typing
 from collections.abc import Callable
 
 _SMOOTHING = 0.3  # weight of the newest consumer interval in the running estimate
@@ -93,51 +85,3 @@ class Demand:
             # is worth it only once the consumer is late and that batch grows stale.
             return now >= due
         return now >= due - interval_s - _MARGIN_S
-
-
-# (when the newest open batch opened, whether a frame of the stream would replace one of
-# its own there, whether that batch ships next), or None when none is open (the
-# frame's claim opens one).
-# (evaluated at import: typing's generics keep it valid on Python 3.8)
-Target = typing.Callable[[int], typing.Optional[typing.Tuple[float, bool, bool]]]
-
-
-class MixedDemand:
-    """When the newest open batch changes, for ``latest`` streams beside ``every`` ones.
-
-    Args:
-        target: the assembler's view of where a stream's next ``latest`` frame goes.
-    """
-
-    def __init__(self, target: Target) -> None:
-        self._target = target
-        self._lock = threading.Lock()  # readers of several streams report changes
-        self.changed_at: float | None = None
-        """When the newest open batch opened."""
-        self.interval_s: float | None = None
-        """Running estimate of the time one batch stays the newest."""
-
-    def _observe(self, opened_at: float) -> None:
-        with self._lock:
-            last = self.changed_at
-            if last is not None and opened_at <= last:
-                return
-            if last is not None:
-                took, prev = opened_at - last, self.interval_s
-                self.interval_s = took if prev is None else prev + _SMOOTHING * (took - prev)
-            self.changed_at = opened_at
-
-    def wants_for(self, stream_id: int) -> Callable[[float, float], bool]:
-        """The reader's ``wants`` for stream ``stream_id``."""
-
-        def wants(now: float, interval_s: float) -> bool:
-            where = self._target(stream_id)
-            if where is None:
-                return True  # no batch open: this frame's claim opens the next one
-            opened_at, replaces, head = where
-            self._observe(opened_at)
-            if (head and not replaces) or self.changed_at is None or self.interval_s is None:
-                return True
-            return now >= self.changed_at + self.interval_s - interval_s
-
-        return wants

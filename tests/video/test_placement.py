@@ -86,3 +86,40 @@ def test_one_place_per_stream_follows_the_stream_order(pool):
         assert rules.full(batch)
     finally:
         pool.release(batch.slot)
+
+
+def test_a_stale_latest_frame_does_not_fill_a_batch_and_is_replaced_first(pool):
+    rules = Placement(2, active=lambda: [0, 1])
+    rules.latest = {0, 1}
+    batch = _open(pool, 2)
+    try:
+        _claim(rules, batch, 0, latest=True)
+        _claim(rules, batch, 1, latest=True)
+        batch.meta.valid[:] = True
+        batch.stale[0] = True  # placed before the consumer's last take
+        assert not rules.full(batch)
+        assert _claim(rules, batch, 0, latest=True)[1] == 0  # its own stale frame goes
+        batch.stale[0] = False
+        assert rules.full(batch)
+    finally:
+        pool.release(batch.slot)
+
+
+@pytest.mark.parametrize("fixed", [None, 3])
+def test_beside_every_streams_a_batch_leaves_latest_places_to_the_hand_over(pool, fixed):
+    active = [0, 1, 2]  # 0 latest, 1 and 2 every
+    rules = Placement(fixed, active=lambda: active)
+    rules.places, rules.latest, rules.hand_over = {0: 0, 1: 1, 2: 2}, {0}, True
+    batch = _open(pool, 3)
+    try:
+        assert rules.handing_over() and rules.waited_for() == [1, 2]
+        places = [_claim(rules, batch, sid, latest=False) for sid in (1, 2, 1)]
+        taken = [1, 2] if fixed is None else [0, 1]  # a fixed batch: first come
+        assert [p[1] if p else None for p in places] == [*taken, None]  # one place kept
+        batch.meta.valid[taken] = True
+        assert rules.full(batch)  # sealed without the latest frame: it comes at hand-over
+        active[:] = [0]  # the files ended: the camera fills batches itself again
+        assert not rules.handing_over() and rules.waited_for() == [0]
+        assert not rules.full(batch)
+    finally:
+        pool.release(batch.slot)
