@@ -181,20 +181,26 @@ def build_batch(
     now = time.monotonic()
     metas: list[FrameMeta | None] = []
     ages: list[float] = []
-    for place in range(len(sealed.valid)):
-        if not sealed.valid[place]:
+    # One ``tolist`` per field, not a numpy scalar read per place and field.
+    valid: list[bool] = sealed.valid.tolist()
+    sids: list[int] = sealed.stream_id.tolist()
+    seqs: list[int] = sealed.seq.tolist()
+    pts: list[float] = sealed.pts_ms.tolist()
+    captured_at: list[float] = sealed.captured_at.tolist()
+    for place, ok in enumerate(valid):
+        if not ok:
             metas.append(None)
             continue
-        sid, seq = int(sealed.stream_id[place]), int(sealed.seq[place])
+        sid, seq = sids[place], seqs[place]
         stream = streams(sid)
         gap = 0
         if stream is not None:
             gap = seq - stream.last_seq - 1 if seq > stream.last_seq else 0
             stream.last_seq, stream.drops = seq, stream.drops + gap
             stream.delivered += 1
-        captured = float(sealed.captured_at[place])
+        captured = captured_at[place]
         age = (now - captured) * 1000.0
         ages.append(age)
-        metas.append(FrameMeta(sid, seq, float(sealed.pts_ms[place]), captured, age, gap))
+        metas.append(FrameMeta(sid, seq, pts[place], captured, age, gap))
     telemetry.delivered(ages, now)
     return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))

@@ -122,30 +122,39 @@ class Placement:
         return None
 
     def _place(self, batch: OpenBatch, stream_id: int, latest: bool) -> int | None:
+        # Every claim runs this for each open batch, with the lock held: the few places
+        # are scanned as Python lists (``tolist`` once), not with numpy's small-array
+        # calls, which cost microseconds each (``docs/performance.md``).
         meta = batch.meta
         if self.fixed is None:
             place = self.places.get(stream_id)
             if place is None or place >= batch.size:
                 return None
             return place if latest or meta.stream_id[place] < 0 else None
-        free = np.flatnonzero(meta.stream_id < 0)
+        owners: list[int] = meta.stream_id.tolist()
         if not latest:
             # ``every`` streams deliver all their frames anyway: first come, first placed,
             # so a fast file never waits for a slow one (order per stream still holds).
-            return int(free[0]) if len(free) > self._kept_free() else None
+            free_places = owners.count(-1)
+            if free_places == 0 or free_places <= self._kept_free():
+                return None
+            return owners.index(-1)
         # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
-        mine = np.flatnonzero(meta.stream_id == stream_id)
-        old = mine[batch.stale[mine]]
-        if len(old):
-            return int(old[0])  # a stale frame of its own goes first
-        if len(free) and len(mine) < math.ceil(batch.size / max(1, len(self.active()))):
-            return int(free[0])
-        return int(mine[-1]) if len(mine) else None
+        mine = [p for p, s in enumerate(owners) if s == stream_id]
+        stale: list[bool] = batch.stale.tolist()
+        old = [p for p in mine if stale[p]]
+        if old:
+            return old[0]  # a stale frame of its own goes first
+        if -1 in owners and len(mine) < math.ceil(batch.size / max(1, len(self.active()))):
+            return owners.index(-1)
+        return mine[-1] if mine else None
 
     def full(self, batch: OpenBatch) -> bool:
         """Whether every place the batch waits for holds a frame."""
-        ready = batch.meta.valid & ~batch.stale
+        valid: list[bool] = batch.meta.valid.tolist()
+        stale: list[bool] = batch.stale.tolist()
         if self.fixed is not None:
-            return int(ready.sum()) >= self.fixed - self._kept_free()
+            ready = sum(1 for v, old in zip(valid, stale) if v and not old)
+            return ready >= self.fixed - self._kept_free()
         waited = [self.places[s] for s in self.waited_for() if s in self.places]
-        return bool(waited) and all(p < batch.size and ready[p] for p in waited)
+        return bool(waited) and all(p < batch.size and valid[p] and not stale[p] for p in waited)

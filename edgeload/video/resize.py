@@ -61,13 +61,15 @@ class FrameWriter:
         cv2 = require_cv2()
         hwc = self._scratch if self._scratch is not None else place
         top, left, h, w = self._box(frame.shape)
-        if (h, w) != hwc.shape[:2]:
+        if (h, w) == hwc.shape[:2]:
+            inner = hwc  # the picture fills the place: no view to make (once per frame)
+        else:
             # Pad only the borders; the picture area is overwritten below.
             hwc[:top] = LETTERBOX_FILL
             hwc[top + h :] = LETTERBOX_FILL
             hwc[top : top + h, :left] = LETTERBOX_FILL
             hwc[top : top + h, left + w :] = LETTERBOX_FILL
-        inner = hwc[top : top + h, left : left + w]
+            inner = hwc[top : top + h, left : left + w]
         if frame.shape[:2] == (h, w):
             np.copyto(inner, frame)
         else:
