@@ -3,10 +3,8 @@
 A source string becomes a :class:`Target`: its kind, the backend (``gstreamer`` or
 ``ffmpeg``, or ``any`` for local cameras) and the exact string OpenCV opens, so the
 chosen pipeline is visible in stats.  GStreamer is chosen where the platform's plan
-says so and this OpenCV has it, with the board's hardware decoder:
-``nvv4l2decoder`` + ``nvvidconv`` on a Jetson, ``v4l2h264dec`` on a Raspberry Pi 4,
-``avdec_h264`` (software) elsewhere.  Live inputs end in
-``appsink drop=true max-buffers=1 sync=false`` so a slow consumer never builds lag.
+says so and this OpenCV has it, with the board's hardware decoder (the pipelines are
+in :mod:`edgeload.video._gst_pipelines`).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from ..errors import SourceError
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
 from ._cv_features import capture_features
 from ._ffmpeg import OPTIONS_VAR, THREADS_VAR, network_options, scoped_env
+from ._gst_pipelines import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
@@ -29,15 +28,6 @@ RtspTransport = Literal["tcp", "udp"]
 LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline")
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
-_LIVE_SINK = "appsink drop=true max-buffers=1 sync=false"
-_FILE_SINK = "appsink max-buffers=2 sync=false"
-_TO_BGR = "videoconvert ! video/x-raw,format=BGR"
-_DECODERS = {
-    # name -> decoder chain ending in raw video the next element can convert
-    "jetson": "nvv4l2decoder ! nvvidconv ! video/x-raw,format=BGRx",
-    "rpi4": "v4l2h264dec",
-    "software": "avdec_h264",
-}
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
@@ -134,7 +124,7 @@ def _check_pipeline(text: str) -> None:
     if not re.match(r"^[A-Za-z]", parts[0]) or "appsink" not in parts[-1]:
         raise SourceError(
             f"GStreamer pipeline {text!r} must start with a source element and end in "
-            f"an appsink for OpenCV, e.g. '... ! {_TO_BGR} ! {_LIVE_SINK}'",
+            f"an appsink for OpenCV, e.g. '... ! {TO_BGR} ! {LIVE_SINK}'",
             source=text,
         )
 
@@ -147,18 +137,6 @@ def opencv_has(feature: DecodeBackend) -> bool:
         if line.strip().startswith(word + ":"):
             return "YES" in line.split(":", 1)[1]
     return False
-
-
-def hardware_decoder(platform: Any) -> str:
-    """The decoder chain name for this board: ``jetson``, ``rpi4`` or ``software``."""
-    family = str(getattr(platform, "family", "") or "")
-    soc = str(getattr(platform, "soc", "") or "").lower()
-    if family == "jetson":
-        return "jetson"
-    # Only the Pi 4's BCM2711 (and older) have the V4L2 H.264 decoder; a Pi 5 has none.
-    if family == "raspberry_pi" and any(s in soc for s in ("2711", "2837", "2836", "2835")):
-        return "rpi4"
-    return "software"
 
 
 def build_target(
@@ -177,7 +155,8 @@ def build_target(
         kind, value: from :func:`classify`.
         backend: the per-source override, or ``auto`` for ``preferred``.
         preferred: the plan's decode backend for this device.
-        decoder: the decoder chain name from :func:`hardware_decoder`.
+        decoder: the decoder chain name from
+            :func:`~edgeload.video._gst_pipelines.hardware_decoder`.
         gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
         rtsp_transport: the source's RTSP transport (``tcp``/``udp``), or None for TCP.
 
@@ -200,44 +179,18 @@ def build_target(
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
     if kind == "csi":
-        return Target(kind, "gstreamer", _csi_pipeline(int(value)))
+        return Target(kind, "gstreamer", csi_pipeline(int(value)))
     if kind == "device":
         if want == "gstreamer":
             dev = value if isinstance(value, str) else f"/dev/video{value}"
-            return Target(kind, "gstreamer", f"v4l2src device={dev} ! {_TO_BGR} ! {_LIVE_SINK}")
+            return Target(kind, "gstreamer", device_pipeline(dev))
         index = value if isinstance(value, int) else int(str(value)[len("/dev/video") :])
         return Target(kind, "any", str(value), index=index)
     transport = rtsp_transport if kind == "rtsp" else None
     if want == "ffmpeg":
         return Target(kind, "ffmpeg", str(value), rtsp_transport=transport)
-    pipeline = _decode_pipeline(kind, str(value), decoder, transport or "tcp")
+    pipeline = decode_pipeline(kind, str(value), decoder, transport or "tcp")
     return Target(kind, "gstreamer", pipeline, rtsp_transport=transport)
-
-
-def _csi_pipeline(sensor: int) -> str:
-    return (
-        f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),framerate=30/1 ! "
-        f"nvvidconv ! video/x-raw,format=BGRx ! {_TO_BGR} ! {_LIVE_SINK}"
-    )
-
-
-def _decode_pipeline(kind: SourceKind, location: str, decoder: str, transport: str) -> str:
-    chain = _DECODERS.get(decoder, _DECODERS["software"])
-    if kind == "rtsp":
-        # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.
-        head = (
-            f'rtspsrc location="{location}" latency=0 protocols={transport} '
-            "! rtph264depay ! h264parse"
-        )
-        sink = _LIVE_SINK
-    elif kind == "http":
-        head = f'souphttpsrc location="{location}" is-live=true ! decodebin'
-        return f"{head} ! {_TO_BGR} ! {_LIVE_SINK}"
-    else:
-        demux = "matroskademux" if location.lower().endswith(".mkv") else "qtdemux"
-        head = f'filesrc location="{location}" ! {demux} ! h264parse'
-        sink = _FILE_SINK
-    return f"{head} ! {chain} ! {_TO_BGR} ! {sink}"
 
 
 def open_capture(
