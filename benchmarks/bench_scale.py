@@ -6,7 +6,11 @@ stream, ``--size`` output, for ``--seconds`` after a 1 s warm-up.  Each N runs i
 fresh process (peak PSS of its tree sampled from outside), N interleaved in rounds.
 
 Per N: frames/s, CPU ms per frame (process CPU over frames), peak PSS and its growth
-per added stream, and min/max of the per-stream frame rates (1.0: no stream starved).
+per added stream, the process's own PSS by kind at the end of the span (anonymous,
+slots, file-backed: :mod:`benchmarks._scale_memory`) and its growth per added stream,
+and min/max of the per-stream frame rates (1.0: no stream starved).  ``--bare`` adds,
+per N, N plain OpenCV captures read in turn by one thread with one FFmpeg thread each:
+the memory and CPU floor of N streams without a loader.
 
 Run: ``flock /tmp/cpu.lock python scripts/bench.py scale [--rounds 2] [--out r.json]``.
 """
@@ -32,8 +36,11 @@ from benchmarks._common import (
     versions,
 )
 from benchmarks._common import main as bench_main
+from benchmarks._scale_memory import bare_captures, memory_by_kind
 
 _TIMEOUT_S = 180
+# The ``--ffmpeg-threads`` value that stands for ``--bare``'s plain captures.
+BARE = -2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ffmpeg-threads", type=int, nargs="+", default=[-1],
                         help="FFmpeg threads per stream to compare (-1: the plan's; "
                         "0: FFmpeg's own); each N runs with each")  # fmt: skip
+    parser.add_argument("--bare", action="store_true",
+                        help="also run N plain OpenCV captures (no loader) per N")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
     parser.add_argument("--out", help="write the results as JSON here")
 
@@ -56,6 +65,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     from edgeload.video import StreamLoader, VideoSource
 
     paths, n, size, seconds = args.paths, int(args.child), tuple(args.size), args.seconds
+    if args.ffmpeg_threads[0] == BARE:
+        return bare_captures(paths, n, seconds, ffmpeg_threads=1)
     sources = [VideoSource(paths[i % len(paths)], loop=True) for i in range(n)]
     counts = [0] * n
     ff = args.ffmpeg_threads[0]
@@ -76,11 +87,11 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
                     break
         cpu, span = cpu_s() - (cpu0 or 0.0), time.monotonic() - (start or 0.0)
         plan, ffmpeg = loader.plan.describe(), loader.plan.threads.ffmpeg
-        threads = os_threads()
+        threads, memory = os_threads(), memory_by_kind()
     frames = sum(counts)
     return {"n": n, "frames": frames, "span_s": span, "cpu_s": cpu,
             "rates": [c / span for c in counts], "plan": plan, "ffmpeg_threads": ffmpeg,
-            "threads": threads}  # fmt: skip
+            "threads": threads, "memory": memory}  # fmt: skip
 
 
 def _run_child(paths: list[Path], n: int, ff: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -97,8 +108,35 @@ def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
         "min_max_rate": statistics.median(min(r["rates"]) / max(r["rates"]) for r in rs),
         "threads": rs[0]["threads"],
+        "pss_by_kind_mib": {
+            kind: statistics.median(r["memory"][kind] for r in rs) for kind in rs[0]["memory"]
+        },
         "plan": rs[0]["plan"],
     }
+
+
+def _key(n: int, ff: int) -> str | int:
+    """A result's key: N alone for the plan's threads (as before), else ``N@bare`` or
+    ``N@ffmpegK``."""
+    if ff == BARE:
+        return f"{n}@bare"
+    return n if ff < 0 else f"{n}@ffmpeg{ff}"
+
+
+def _add_growth(res: dict[int, dict[str, Any]]) -> None:
+    """Per N: PSS growth per stream added since the previous N (peak PSS of the tree,
+    and the process's own PSS by kind), and CPU per frame against 4 streams'."""
+    ns = sorted(res)
+    for a, b in zip(ns, ns[1:]):
+        ra, rb = res[a], res[b]
+        rb["pss_mib_per_added_stream"] = (rb["peak_pss_mib"] - ra["peak_pss_mib"]) / (b - a)
+        rb["pss_by_kind_mib_per_added_stream"] = {
+            kind: (mib - ra["pss_by_kind_mib"].get(kind, 0.0)) / (b - a)
+            for kind, mib in rb["pss_by_kind_mib"].items()
+        }
+    if 4 in res:
+        for r in res.values():
+            r["cpu_per_frame_vs_4_streams"] = r["cpu_ms_per_frame"] / res[4]["cpu_ms_per_frame"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
 
     load_before = os.getloadavg()
     # Each round's order rotated: going first in a round is slowest on this box.
-    keys = [(ff, n) for n in args.streams for ff in args.ffmpeg_threads]
-    runs, orders = interleave(keys, args.rounds, run_one, label=lambda k: f"{k[1]}@ffmpeg{k[0]}")
+    contenders = [*args.ffmpeg_threads, *([BARE] if args.bare else [])]
+    keys = [(ff, n) for n in args.streams for ff in contenders]
+    runs, orders = interleave(keys, args.rounds, run_one, label=lambda k: str(_key(k[1], k[0])))
     w, h = args.size
     report: dict[str, Any] = {
         "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
@@ -128,16 +167,11 @@ def run(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(),
         "versions": versions(), "round_orders": orders, "slot_place_mib": w * h * 3 / 2**20, "results": {},
     }  # fmt: skip
-    for ff in args.ffmpeg_threads:
-        # Keyed by N alone for the plan's threads (as before), else "N@ffmpegK".
-        res = {n: _summary(rs) for (f, n), rs in sorted(runs.items()) if f == ff}
-        ns = sorted(res)
-        for a, b in zip(ns, ns[1:]):
-            res[b]["pss_mib_per_added_stream"] = (
-                res[b]["peak_pss_mib"] - res[a]["peak_pss_mib"]
-            ) / (b - a)
+    for ff in contenders:
+        res = {n: _summary(rs) for (f, n), rs in sorted(runs.items()) if f == ff and rs}
+        _add_growth(res)
         for n, summary in res.items():
-            report["results"][n if ff < 0 else f"{n}@ffmpeg{ff}"] = summary
+            report["results"][_key(n, ff)] = summary
     return finish(report, args.out)
 
 
