@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, nargs=2, default=[320, 320], help="output W H")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--consumer-ms", type=float, default=0.0,
+                        help="the consumer's time per batch (a model slower than decode "
+                        "fills the prefetch queue: what the slots cost then)")  # fmt: skip
     parser.add_argument("--ffmpeg-threads", type=int, nargs="+", default=[-1],
                         help="FFmpeg threads per stream to compare (-1: the plan's; "
                         "0: FFmpeg's own); each N runs with each")  # fmt: skip
@@ -79,6 +82,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
             now = time.monotonic()
             if start is None and now >= warm_until:
                 cpu0, start = cpu_s(), now
+            if args.consumer_ms:
+                time.sleep(args.consumer_ms / 1000)
             if start is not None:
                 for m in batch.meta:
                     if m is not None:
@@ -97,6 +102,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 def _run_child(paths: list[Path], n: int, ff: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", str(n), "--seconds",
            str(args.seconds), "--size", *map(str, args.size), "--ffmpeg-threads", str(ff),
+           "--consumer-ms", str(args.consumer_ms),
            "--", *map(str, paths)]  # fmt: skip
     return run_child(cmd, timeout_s=_TIMEOUT_S)
 
@@ -163,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     w, h = args.size
     report: dict[str, Any] = {
         "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
-        f"per stream, {args.seconds:g} s after 1 s warm-up",
+        f"per stream, {args.seconds:g} s after 1 s warm-up, consumer {args.consumer_ms:g} ms "
+        "per batch",
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(),
         "versions": versions(), "round_orders": orders, "slot_place_mib": w * h * 3 / 2**20, "results": {},
     }  # fmt: skip
