@@ -22,6 +22,11 @@ MAX_FFMPEG_THREADS = 4
 # over FFmpeg's own choice, measured with scripts/bench.py video). Live streams keep
 # one: each extra frame thread holds back one more frame (33 ms at 30 fps).
 FILE_FFMPEG_THREADS = 2
+# ... while there are at most this many file streams per core.  Beyond it the streams'
+# own threads keep every core busy, so a second frame thread per stream buys no speed
+# and costs each stream ~2.2 MiB (one more decoder context and pooled frames) and three
+# OS threads (640x360 on 2 cores, 4-32 streams: docs/performance.md, "Scale").
+FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
 
@@ -121,11 +126,17 @@ def choose_threads(
     decode = min(budget, streams * ffmpeg)
     why = f"{streams} stream(s) share {budget} core(s): {ffmpeg} FFmpeg thread(s) each"
     if live is False and ffmpeg < FILE_FFMPEG_THREADS:
-        ffmpeg = FILE_FFMPEG_THREADS
-        why += (
-            f", raised to {ffmpeg} for files: decode overlaps the resize, and files "
-            "have no latency to lose"
-        )
+        if streams <= FILE_STREAMS_PER_CORE * budget:
+            ffmpeg = FILE_FFMPEG_THREADS
+            why += (
+                f", raised to {ffmpeg} for files: decode overlaps the resize, and files "
+                "have no latency to lose"
+            )
+        else:
+            why += (
+                f"; files too, as over {FILE_STREAMS_PER_CORE} streams per core keep "
+                "every core busy: a second frame thread would add memory, not speed"
+            )
     elif streams >= budget:
         why += "; one each, as every extra frame thread delays a live stream"
     return ffmpeg, max(1, budget - decode), why

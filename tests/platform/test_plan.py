@@ -146,6 +146,27 @@ def test_files_get_two_ffmpeg_frame_threads_live_streams_one():
     assert one.threads.ffmpeg == 3
 
 
+@pytest.mark.parametrize(
+    ("board", "cores", "streams", "threads"),
+    [
+        ("rpi4", 4, 8, 2),  # two streams per core: the second frame thread stays
+        ("rpi4", 4, 9, 1),  # beyond: the streams keep the cores busy
+        ("jetson-agx-orin", 12, 24, 2),
+        ("jetson-agx-orin", 12, 32, 1),  # what an AGX Orin runs
+    ],
+)
+def test_many_file_streams_get_one_ffmpeg_thread(board, cores, streams, threads):
+    platform = probe(FIXTURES / board)
+    assert platform.cpu.usable_count == cores
+    files = plan_for(streams=streams, platform=platform, live=False)
+    assert files.threads.ffmpeg == threads
+    if threads == 1:
+        assert "2 streams per core keep every core busy" in files.reasons["threads"]
+    else:
+        assert "raised to 2 for files" in files.reasons["threads"]
+    assert plan_for(streams=streams, platform=platform, live=True).threads.ffmpeg == 1
+
+
 @pytest.mark.parametrize("in_flight", [0, 1, 4, 8])
 @pytest.mark.parametrize("budget_slots", [None, 1, 3, 5, 20])
 def test_slot_count_is_in_flight_plus_two_within_the_budget(in_flight, budget_slots):
