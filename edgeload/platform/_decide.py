@@ -24,7 +24,7 @@ MAX_FFMPEG_THREADS = 4
 FILE_FFMPEG_THREADS = 2
 # ... while there are at most this many file streams per core.  Beyond it the streams'
 # own threads keep every core busy, so a second frame thread per stream buys no speed
-# and costs each stream ~2.2 MiB (one more decoder context and pooled frames) and three
+# and costs each stream ~1.5 MiB (one more decoder context and pooled frames) and three
 # OS threads (640x360 on 2 cores, 4-32 streams: docs/performance.md, "Scale").
 FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
