@@ -11,6 +11,12 @@ with a validity mask, so one slow or dead camera never holds the others back.
 Policies, per stream: ``latest`` never waits (a place filled but not yet shipped is
 overwritten with the newer frame; no free slot drops the frame); ``every`` waits for
 the next batch (back-pressure down to the reader, and so to the file).
+
+The consumer's thread, where Ctrl-C lands, takes the assembler's lock as ``with
+self._lock`` (C code), never through the Condition: ``Condition.__enter__`` is a
+Python frame that an interrupt can leave with the lock taken, and every reader stuck
+on it (issue #13).  Nor does it run generators there (``np.isin`` does): an interrupt
+inside one that is being closed is printed and lost.
 """
 
 from __future__ import annotations
@@ -59,8 +65,8 @@ class Assembler:
         self.rules = self._rules = Placement(batch, active)
         self._rules.hand_over = hand_over
         self.deadline_s = deadline_s
-        self._active = active
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # the consumer's thread takes it: see the module
+        self._cond = threading.Condition(self._lock)
         self._stop = threading.Event()
         # Open batches in shipping order. ``every`` streams may run ahead into later
         # ones, so one stream's slow frame does not idle the others' decode threads.
@@ -70,7 +76,7 @@ class Assembler:
 
     def set_streams(self, stream_ids: list[int]) -> None:
         """Give each stream its place (one place per stream); the next batch uses them."""
-        with self._cond:
+        with self._lock:
             self._rules.places = {sid: i for i, sid in enumerate(stream_ids)}
             self._cond.notify_all()
 
@@ -117,10 +123,10 @@ class Assembler:
         """The consumer took a batch: ``latest`` frames in open batches missed it, so they
         are stale (:attr:`OpenBatch.stale`); a batch of only those has no deadline
         until its next frame."""
-        with self._cond:
-            latest = list(self._rules.latest)
+        with self._lock:
+            latest = np.array(list(self._rules.latest), np.int64)
             for batch in self._opens:
-                placed = np.isin(batch.meta.stream_id, latest)
+                placed = (batch.meta.stream_id[:, None] == latest).any(axis=1)
                 if not batch.sealing and placed.any():
                     batch.stale |= placed
                     if placed.sum() == (batch.meta.stream_id >= 0).sum():
@@ -156,7 +162,7 @@ class Assembler:
         it is full, due, or no stream delivers any more; None after waiting at most a
         poll interval without one, or when :attr:`finished`."""
         with self._cond:
-            done = not self._active()
+            done = not self._rules.active()
             batch = self._opens[0] if self._opens else None
             if batch is None or (not batch.meta.valid.any() and not done):
                 self.finished = done
