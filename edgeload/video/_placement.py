@@ -149,6 +149,12 @@ class Placement:
             return owners.index(-1)
         return mine[-1] if mine else None
 
+    def may_seal(self, batch: OpenBatch) -> bool:
+        """Whether a frame just committed may let the mux seal ``batch`` (each commit
+        asks): with one place per stream, always; with a fixed size, once every place
+        holds a frame."""
+        return self.fixed is None or all(batch.meta.valid.tolist())
+
     def full(self, batch: OpenBatch) -> bool:
         """Whether every place the batch waits for holds a frame."""
         valid: list[bool] = batch.meta.valid.tolist()

@@ -120,9 +120,10 @@ class Assembler:
         return None
 
     def taken(self) -> None:
-        """The consumer took a batch: ``latest`` frames in open batches missed it, so they
-        are stale (:attr:`OpenBatch.stale`); a batch of only those has no deadline
-        until its next frame."""
+        """The consumer took a batch: ``latest`` frames in open batches missed it and are
+        stale (:attr:`OpenBatch.stale`); a batch of only those has no deadline until its next."""
+        if not self._rules.latest:
+            return  # no ``latest`` stream: nothing goes stale, no lock to take per batch
         with self._lock:
             latest = np.array(list(self._rules.latest), np.int64)
             for batch in self._opens:
@@ -145,7 +146,7 @@ class Assembler:
                 meta.pts_ms[place] = info.pts_ms
                 meta.captured_at[place] = info.captured_at
             # Wake the mux only when it may act: waking it for every frame costs CPU.
-            if info is None or batch.sealing or self._rules.fixed is None or meta.valid.all():
+            if info is None or batch.sealing or self._rules.may_seal(batch):
                 self._cond.notify_all()
 
     def stop(self) -> None:

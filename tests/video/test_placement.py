@@ -64,8 +64,11 @@ def test_every_streams_fill_a_fixed_batch_first_come_then_wait(pool):
     try:
         got = [_claim(rules, batch, sid, latest=False) for sid in (1, 1, 0, 0)]
         assert [g[1] if g else None for g in got] == [0, 1, 2, None]
+        batch.meta.valid[:2] = True
+        assert not rules.may_seal(batch)  # a commit leaves the mux asleep until the last
         batch.meta.valid[:] = True
         assert rules.full(batch)
+        assert rules.may_seal(batch)
     finally:
         pool.release(batch.slot)
 
