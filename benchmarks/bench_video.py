@@ -87,7 +87,7 @@ def _edgeload(
 
     live = latency > 0
     sources = [VideoSource(p, realtime=live, loop=live) for p in paths]
-    frames, ages, start = 0, [], time.monotonic()
+    frames, ages, start, cpu0 = 0, [], time.monotonic(), cpu_s()
     override = plan_ffmpeg_threads(ffmpeg_threads) if ffmpeg_threads is not None else None
     with override or contextlib.nullcontext():
         loader = StreamLoader(sources, size=OUT, batch=4)
@@ -100,8 +100,11 @@ def _edgeload(
                     ages += [m.age_ms for m in batch.meta if m is not None]
                 if time.monotonic() - start > latency:
                     break
+        # The span ends with the last batch, as the other modes' end with their last
+        # frame: close() (joining the loader's threads, ~50 ms) is outside it.
+        seconds, cpu = time.monotonic() - start, cpu_s() - cpu0
         drops = loader.stats()["drops"]
-    return {"frames": frames, "seconds": time.monotonic() - start, "ages": ages, "drops": drops,
+    return {"frames": frames, "seconds": seconds, "ages": ages, "drops": drops, "cpu_s": cpu,
             "ffmpeg_threads": loader.plan.threads.ffmpeg}  # fmt: skip
 
 
