@@ -94,7 +94,7 @@ class Assembler:
         batch (with a fixed batch size: any free place, first come), opens another (up
         to ``MAX_OPEN``), or waits for room.
         """
-        with self._cond:
+        with self._lock:  # the C lock: no Python frame per frame (Condition.__enter__)
             while not self._stop.is_set():
                 found = self._rules.find(self._opens, stream_id, latest)
                 if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
@@ -135,7 +135,7 @@ class Assembler:
 
     def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""
-        with self._cond:
+        with self._lock:
             meta = batch.meta
             batch.writing -= 1
             if info is None:
@@ -162,7 +162,7 @@ class Assembler:
         """The mux thread's step: the oldest batch, sealed and out of the open ones, once
         it is full, due, or no stream delivers any more; None after waiting at most a
         poll interval without one, or when :attr:`finished`."""
-        with self._cond:
+        with self._lock:
             done = not self._rules.active()
             batch = self._opens[0] if self._opens else None
             if batch is None or (not batch.meta.valid.any() and not done):
