@@ -107,7 +107,7 @@ class Delivery:
             SourceError: a stream failed and ``raise_errors`` is set.
             WorkerTimeout: no batch within ``timeout_s``.
         """
-        self._mux.demand.asked()
+        self._mux.asked()
         item = self._mux.next_sealed(self._timeout_s, check=self.raise_failures,
                                      phases=self._table.phases)  # fmt: skip
         if item is None:

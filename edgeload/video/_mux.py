@@ -90,6 +90,11 @@ class Mux:
             return None
         return self.hand_over.register(stream_id, self._place_shape)
 
+    def asked(self) -> None:
+        """The consumer asks for the next batch."""
+        self.demand.asked()
+        self.assembler.asked()
+
     def handed(self, sealed: Sealed, known: Callable[[int], bool]) -> None:
         """``sealed`` goes to the consumer now: fill in the ``latest`` frames, and note
         that the consumer is back at its model.  ``known``: the streams in the loader."""

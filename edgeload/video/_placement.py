@@ -9,7 +9,8 @@ at most their share of the places each, then they overwrite their own newest fra
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,9 +45,11 @@ class OpenBatch:
     """The mux is shipping it: no new claims."""
     meta: Sealed = field(init=False)
     stale: np.ndarray = field(init=False)
-    """Per place: its ``latest`` frame was placed before the consumer's last take, so
-    it would reach the consumer a whole model step late.  It does not make the batch
-    full (a newer frame of its stream replaces it); a partial batch still ships it."""
+    """Per place: its ``latest`` frame was placed after the batch before was sealed and
+    before the consumer took that one, so it would reach the consumer a whole model
+    step late.  Until the consumer asks again it does not make the batch full (a
+    newer frame of its stream replaces it); then it ships rather than keep the
+    consumer waiting, as it does in a partial batch."""
 
     def __post_init__(self) -> None:
         n = self.size
@@ -164,3 +167,24 @@ class Placement:
             return ready >= self.fixed - self._kept_free()
         waited = [self.places[s] for s in self.waited_for() if s in self.places]
         return bool(waited) and all(p < batch.size and valid[p] and not stale[p] for p in waited)
+
+
+def mark_stale(opens: Iterable[OpenBatch], latest: set[int]) -> None:
+    """The consumer took a batch: the ``latest`` frames already in ``opens`` missed it
+    (:attr:`OpenBatch.stale`); a batch of only those has no deadline until its next."""
+    ids = np.array(list(latest), np.int64)
+    for batch in opens:
+        placed = (batch.meta.stream_id[:, None] == ids).any(axis=1)
+        if not batch.sealing and placed.any():
+            batch.stale |= placed
+            if placed.sum() == (batch.meta.stream_id >= 0).sum():
+                batch.opened_at = math.inf
+
+
+def clear_stale(opens: Iterable[OpenBatch]) -> None:
+    """The consumer asks for a batch: stale frames count again, and a batch of only
+    those is due a deadline from now."""
+    now = time.monotonic()
+    for batch in opens:
+        batch.stale[:] = False
+        batch.opened_at = min(batch.opened_at, now)

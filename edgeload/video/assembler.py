@@ -27,11 +27,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ._batch_pools import BatchPools
-from ._placement import OpenBatch, Placement, Sealed
+from ._placement import OpenBatch, Placement, Sealed, clear_stale, mark_stale
 from .source import FrameInfo
 
 __all__ = ["MAX_OPEN", "Assembler", "OpenBatch", "Sealed"]
@@ -120,18 +118,18 @@ class Assembler:
         return None
 
     def taken(self) -> None:
-        """The consumer took a batch: ``latest`` frames in open batches missed it and are
-        stale (:attr:`OpenBatch.stale`); a batch of only those has no deadline until its next."""
-        if not self._rules.latest:
-            return  # no ``latest`` stream: nothing goes stale, no lock to take per batch
-        with self._lock:
-            latest = np.array(list(self._rules.latest), np.int64)
-            for batch in self._opens:
-                placed = (batch.meta.stream_id[:, None] == latest).any(axis=1)
-                if not batch.sealing and placed.any():
-                    batch.stale |= placed
-                    if placed.sum() == (batch.meta.stream_id >= 0).sum():
-                        batch.opened_at = math.inf
+        """The consumer took a batch: ``latest`` frames in open batches missed it
+        (:func:`~edgeload.video._placement.mark_stale`)."""
+        if self._rules.latest:
+            with self._lock:
+                mark_stale(self._opens, self._rules.latest)
+
+    def asked(self) -> None:
+        """The consumer asks for a batch: stale frames ship rather than keep it waiting."""
+        if self._rules.latest:
+            with self._lock:
+                clear_stale(self._opens)
+                self._cond.notify_all()
 
     def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""

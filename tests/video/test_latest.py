@@ -152,6 +152,15 @@ def test_latest_frames_placed_before_the_consumers_take_wait_for_newer_ones():
         sealed = asm.seal_next()
         assert sealed is not None and list(sealed.seq) == [2, 2] and sealed.valid.all()
         sealed.pool.release(sealed.slot)
+        place(0, 3)
+        place(1, 3)
+        asm.taken()
+        place(0, 4)
+        assert asm.seal_next() is None
+        asm.asked()  # the consumer waits: stream 1's stale frame ships, no wait for a newer
+        sealed = asm.seal_next()
+        assert sealed is not None and list(sealed.seq) == [4, 3]
+        sealed.pool.release(sealed.slot)
     finally:
         asm.release_open()
         pools.close()
