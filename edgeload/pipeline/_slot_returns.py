@@ -20,7 +20,7 @@ from .lifecycle import Wakeups
 __all__ = ["Releaser", "collect", "on_drop"]
 
 
-class PoolCore(Protocol):
+class CoreFields(Protocol):
     """What of :class:`~._slot_core.PoolCore` the return path uses (its fields)."""
 
     lock: threading.RLock
@@ -33,7 +33,7 @@ class PoolCore(Protocol):
     closed: bool
 
 
-def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
+def on_drop(core: CoreFields, index: int) -> Callable[[Any], object]:
     """The weak-reference callback for a leased view of slot ``index``.
 
     It runs in whichever thread drops the last reference, usually the consumer's main
@@ -51,7 +51,7 @@ class Releaser:
 
     __slots__ = ("_core", "_index")
 
-    def __init__(self, core: PoolCore, index: int) -> None:
+    def __init__(self, core: CoreFields, index: int) -> None:
         self._core, self._index = core, index
 
     def __call__(self, _ref: object) -> None:
@@ -61,7 +61,7 @@ class Releaser:
                 core.returned.post(None)
 
 
-def collect(core: PoolCore) -> None:
+def collect(core: CoreFields) -> None:
     """Take back the slots whose views are gone (``core.lock`` held).
 
     The dead weak reference is the record, not the wake-up on ``returned``, so a
@@ -72,7 +72,7 @@ def collect(core: PoolCore) -> None:
         _take_back(core, index)
 
 
-def _take_back(core: PoolCore, index: int) -> bool:
+def _take_back(core: CoreFields, index: int) -> bool:
     """Slot ``index``'s view is gone: free it (or retire it); whether it is free."""
     if core.leased.pop(index, None) is None or core.closed:
         return False
