@@ -66,6 +66,21 @@ def test_prefetch_budget_and_slots_follow_the_profile():
     assert "minimum" in small.reasons["prefetch"]
 
 
+@pytest.mark.parametrize(
+    ("streams", "batch", "slots"),
+    [(1, None, 4), (2, None, 6), (4, None, 10), (32, None, 10), (32, 8, 10), (32, 2, 34)],
+)
+def test_video_slots_hold_two_frames_per_stream_counted_in_batches(streams, batch, slots):
+    # Two frames per stream in batches (2 x streams / batch), at least 8 batches (2 per
+    # stream below 4 streams), plus the two every loader has.  A batch slot per frame,
+    # as before, grew with streams squared: 66 slots of 32 frames at 32 streams.
+    platform = probe(FIXTURES / "jetson-agx-orin")
+    plan = plan_for(streams=streams, frame=(160, 160), batch=batch, platform=platform)
+    assert plan.slot_count * plan.slot_bytes <= plan.prefetch_bytes  # not the budget's cap
+    assert plan.slot_count == slots
+    assert plan.slot_bytes == (batch or streams) * 160 * 160 * 3
+
+
 def test_nano_profile_caps_the_budget_and_leaves_a_core():
     platform = probe(FIXTURES / "jetson-nano")
     plan = plan_for(item_bytes=224 * 224 * 3, batch=32, platform=platform)
