@@ -34,30 +34,20 @@ class SampleReader:
     def __init__(self, spec: FetchSpec, dataset: Any, worker_id: int) -> None:
         self._spec = spec
         self._dataset = dataset
-        self._worker_id = worker_id
-        self._iter: Any = None
-        self._ended = False
-        self.consumed = 0
-        """Iterable datasets: samples drawn from the stream this epoch."""
+        self._stream = IterableStream(spec, dataset, worker_id)
         self.slot_map: _collate.SlotMap | None = None
         """The layout of fixed-size batches, once the first batch has shown it."""
         self.planned = False
         """Whether a first sample has decided ``slot_map`` (None: samples unsuited)."""
 
+    @property
+    def consumed(self) -> int:
+        """Iterable datasets: samples drawn from the stream this epoch."""
+        return self._stream.consumed
+
     def open(self, start: WorkerStart) -> None:
         """Open the dataset's stream for an epoch and skip what a resumed run drew."""
-        self.consumed = 0
-        self._ended = start.ended
-        self._iter = iter(self._dataset) if self._spec.iterable and not start.ended else None
-        for _ in range(start.skip_samples):
-            try:
-                next(self._iter)
-            except StopIteration:
-                self._ended = True
-                break
-            except Exception:
-                pass  # it was skipped (or raised) in the run being resumed too
-            self.consumed += 1
+        self._stream.open(start)
 
     def read(self, task: Task, result: Result) -> list[Any] | None:
         """The task's samples, or None when they are already in ``result`` (written
@@ -70,7 +60,7 @@ class SampleReader:
                 return self._read_first(task, result)
         spec = self._spec
         if spec.iterable:
-            return self._read_iterable(task, result)
+            return self._stream.read(task, result)
         if not spec.auto_collation:
             sample = self._one(task.index, result)
             return [] if sample is _SKIPPED else [sample]
@@ -158,7 +148,35 @@ class SampleReader:
             result.skipped.append((index, f"{type(exc).__name__}: {exc}"))
             return _SKIPPED
 
-    def _read_iterable(self, task: Task, result: Result) -> list[Any] | None:
+
+class IterableStream:
+    """An iterable dataset's stream in one worker, for one epoch at a time."""
+
+    def __init__(self, spec: FetchSpec, dataset: Any, worker_id: int) -> None:
+        self._spec = spec
+        self._dataset = dataset
+        self._worker_id = worker_id
+        self._iter: Any = None
+        self._ended = False
+        self.consumed = 0
+
+    def open(self, start: WorkerStart) -> None:
+        """Open the stream for an epoch and skip what a resumed run drew."""
+        self.consumed = 0
+        self._ended = start.ended
+        self._iter = iter(self._dataset) if self._spec.iterable and not start.ended else None
+        for _ in range(start.skip_samples):
+            try:
+                next(self._iter)
+            except StopIteration:
+                self._ended = True
+                break
+            except Exception:
+                pass  # it was skipped (or raised) in the run being resumed too
+            self.consumed += 1
+
+    def read(self, task: Task, result: Result) -> list[Any] | None:
+        """Up to a batch of samples from the stream; None once it has ended."""
         wanted = len(task.index) if self._spec.auto_collation else 1
         out: list[Any] = []
         while len(out) < wanted and not self._ended:
