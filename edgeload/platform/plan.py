@@ -26,10 +26,9 @@ from ._decide import (
     describe_workload,
     fit_shm,
     format_mib,
-    slot_count,
-    tasks_in_flight,
     usable_cores,
 )
+from ._in_flight import slot_count, tasks_in_flight
 from .facts import Platform
 from .profile import Profile, load_profile
 
