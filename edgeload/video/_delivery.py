@@ -9,6 +9,7 @@ turns the slot into a :class:`Batch` (``build_batch``), counted in the loader's
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -115,8 +116,16 @@ class Delivery:
         if item is END:
             self.raise_failures()
             raise StopIteration
-        self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
-        return build_batch(item, self._table.get, self.telemetry, self._copier)
+        try:
+            self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
+            return build_batch(item, self._table.get, self.telemetry, self._copier)
+        except BaseException:
+            # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
+            # queued, so it goes back to its pool here; lost, each would cost a slot.
+            # Once leased, the batch's views give it back and release() says so.
+            with contextlib.suppress(ValueError):
+                item.pool.release(item.slot)
+            raise
 
     def raise_failures(self) -> None:
         """Report each stream that ended with an error, once."""

@@ -1,5 +1,6 @@
 """The assembler under Ctrl-C: the consumer's calls into it never leave its lock held,
-and never lose the interrupt (issue #13)."""
+and never lose the interrupt (issue #13); a batch being handed over goes back to its
+pool."""
 
 from __future__ import annotations
 
@@ -82,3 +83,46 @@ def test_ctrl_c_at_any_point_of_a_consumer_call_leaves_the_lock_free(call):
         assert k > 1
     finally:
         pools.close()
+
+
+class _InterruptAt:
+    """A profile hook that raises KeyboardInterrupt on entering function ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.fired = name, False
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_name == self.name:
+            sys.setprofile(None)
+            self.fired = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["handed", "build_batch", "lease"])
+def test_ctrl_c_as_a_batch_is_handed_over_gives_its_slot_back(where, tmp_path_factory):
+    """A user who catches Ctrl-C and goes on (a notebook) keeps a working loader: the
+    batch being handed over when it came goes back to its pool.  Lost instead, each
+    interrupt would cost a slot, and the loader would stall once they were all gone."""
+    from _media import clip, media_dir
+
+    from edgeload.video import StreamLoader, VideoSource
+
+    video = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0)
+    sources = [VideoSource(video, loop=True), VideoSource(video, loop=True)]
+    with StreamLoader(sources, size=(64, 48), batch=2, timeout_s=20.0) as loader:
+        it = iter(loader)
+        next(it)  # the pools are made with the first batches
+        slots = sum(p.count for p in loader._parts.mux.pools.all())
+        assert slots > 0
+        for _ in range(slots + 3):
+            hook = _InterruptAt(where)
+            sys.setprofile(hook)
+            try:
+                next(it)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.setprofile(None)
+            assert hook.fired
+        batch = next(it)  # a lost slot per interrupt: no slot left, a WorkerTimeout
+        assert batch.frames.shape[0] == 2
