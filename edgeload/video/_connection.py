@@ -18,7 +18,7 @@ from typing import Any
 from ._cutoff import GuardedCapture, StallGuard
 from ._fault import StreamFault
 from ._frame_loop import FrameLoop
-from .capture import Target, open_capture
+from .capture import Target, open_capture, threads_for_size
 from .source import SourceState, VideoSource
 
 
@@ -28,7 +28,9 @@ class Connection:
     Args:
         source: what to open.
         target: how to open it (from :func:`~edgeload.video.capture.build_target`).
-        ffmpeg_threads: FFmpeg decode threads for the capture.
+        ffmpeg_threads: FFmpeg decode threads for the capture (the plan's); a small
+            file gets one (:func:`~edgeload.video.capture.threads_for_size`), which
+            ``ffmpeg_threads`` then holds.
         gate: events to wait for before opening (local sources open before network
             ones), at most twice the open timeout in all.
         guard: the stall guard that times out blocking OpenCV calls, where this
@@ -45,7 +47,8 @@ class Connection:
         guard: StallGuard | None,
     ) -> None:
         self.source, self.target = source, target
-        self._ffmpeg_threads, self._gate, self._guard = ffmpeg_threads, gate, guard
+        self.ffmpeg_threads, self._gate, self._guard = ffmpeg_threads, gate, guard
+        self._sized = False  # the first capture's size has chosen ffmpeg_threads
         self.phase = SourceState.CONNECTING
         self.opened = threading.Event()  # first open attempt finished (either way)
         self.attempts = 0
@@ -103,12 +106,7 @@ class Connection:
         started = time.monotonic()
         try:
             with self._blocking(src.open_timeout_s):
-                cap = open_capture(
-                    self.target,
-                    open_timeout_s=src.open_timeout_s,
-                    read_timeout_s=src.read_timeout_s,
-                    ffmpeg_threads=self._ffmpeg_threads,
-                )
+                cap = self._open_sized()
             if cap is not None and self._guard is not None:
                 cap = GuardedCapture(cap, self._guard, src.read_timeout_s)
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
@@ -124,6 +122,26 @@ class Connection:
                 else ""
             ))  # fmt: skip
         return cap
+
+    def _open_sized(self) -> Any:
+        """Open the capture; the first that opens may be opened again with fewer FFmpeg
+        threads for its frame size, before any frame is read (a file reopens cheaply)."""
+        src = self.source
+        cap = open_capture(
+            self.target,
+            open_timeout_s=src.open_timeout_s,
+            read_timeout_s=src.read_timeout_s,
+            ffmpeg_threads=self.ffmpeg_threads,
+        )
+        if cap is None or self._sized:
+            return cap
+        self._sized = True
+        threads = threads_for_size(self.target, cap, self.ffmpeg_threads)
+        if threads == self.ffmpeg_threads:
+            return cap
+        cap.release()
+        self.ffmpeg_threads = threads
+        return self._open_sized()
 
     @contextlib.contextmanager
     def _blocking(self, timeout_s: float) -> Iterator[None]:

@@ -26,6 +26,12 @@ SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
 RtspTransport = Literal["tcp", "udp"]
 LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline")
+# A file whose frames have at most this many pixels decodes with one FFmpeg thread,
+# whatever the plan gives files.  At 320x240 a frame decodes in well under a
+# millisecond: a second frame thread only adds GIL hand-offs and wake-ups (+14-25 %
+# CPU per frame over one thread; 4 x 720p gains from two).  Twice 320x240's pixels
+# (352x288 and 480x320 too, 640x360 not: unmeasured) - docs/performance.md, "Small files".
+SMALL_FILE_PIXELS = 2 * 320 * 240
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -233,3 +239,21 @@ def open_capture(
         cap.release()
         return None
     return cap
+
+
+def threads_for_size(target: Target, cap: Any, threads: int) -> int:
+    """The FFmpeg threads a file opened as ``cap`` should decode with: one for frames
+    of at most :data:`SMALL_FILE_PIXELS`, else ``threads``.
+
+    Only the size, known once the capture is open, tells; and OpenCV reads
+    ``CAP_PROP_N_THREADS`` only at open (``set`` after it returns False, 5.0), so a
+    smaller count means opening again.  Live sources and captures whose threads this
+    OpenCV cannot set keep ``threads``.
+    """
+    if threads <= 1 or target.kind != "file" or target.backend != "ffmpeg":
+        return threads
+    if not capture_features().n_threads:
+        return threads
+    cv2 = require_cv2()
+    pixels = cap.get(cv2.CAP_PROP_FRAME_WIDTH) * cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
+    return 1 if 0 < pixels <= SMALL_FILE_PIXELS else threads

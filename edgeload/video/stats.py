@@ -83,6 +83,8 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             backlog=frames.backlog,
             unconverted=frames.unconverted,
             age_from=frames.age_from,
+            # What the capture was opened with: the plan's count, or 1 for a small file.
+            ffmpeg_threads=conn.ffmpeg_threads if target.backend == "ffmpeg" else None,
             reconnects=conn.reconnects,
             attempts=conn.attempts,
             last_error=None if conn.last_error is None else conn.last_error.message,

@@ -1,0 +1,79 @@
+"""A small file decodes with one FFmpeg thread, a large one with the count it was given.
+
+The truth is FFmpeg's own frame threads, named ``av:h264:df<N>`` by libavcodec, counted
+in ``/proc/self/task`` while the stream reads; stats() must say the same.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from _media import clip, media_dir
+
+from edgeload.video import StreamLoader, VideoSource
+from edgeload.video._cv_features import capture_features
+from edgeload.video.capture import SMALL_FILE_PIXELS, build_target
+from edgeload.video.reader import StreamReader
+
+pytestmark = pytest.mark.skipif(
+    not capture_features().n_threads,
+    reason="this OpenCV (before 4.7) cannot set FFmpeg's threads per capture",
+)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    root = media_dir(tmp_path_factory)
+    return {
+        "small": clip(root, size=(320, 240), fps=30, seconds=1.0),
+        "large": clip(root, size=(1280, 720), fps=30, seconds=1.0),
+    }
+
+
+def _frame_threads() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended while listed
+            pass
+    return sorted(n for n in names if n.startswith("av:h264:df"))
+
+
+def _read(path, threads):
+    """Read the file in a reader given ``threads``; FFmpeg's frame threads at frame 5."""
+    source = VideoSource(path)
+    target = build_target(source.kind, source.value, backend="ffmpeg", preferred="ffmpeg",
+                          decoder="software")  # fmt: skip
+    seen: list[list[str]] = []
+
+    def sink(frame, info):
+        if info.seq == 5:
+            seen.append(_frame_threads())
+        return True
+
+    reader = StreamReader(source, target, stream_id=0, sink=sink, ffmpeg_threads=threads)
+    reader.start()
+    assert reader.join(30)
+    assert reader.frame_loop.frames == 30, reader.connection.last_error
+    return reader.connection.ffmpeg_threads, seen[0]
+
+
+def test_small_file_opens_with_one_ffmpeg_thread_large_keeps_the_count(clips):
+    assert 320 * 240 <= SMALL_FILE_PIXELS < 1280 * 720
+    assert _read(clips["small"], 2) == (1, [])
+    assert _read(clips["large"], 2) == (2, ["av:h264:df0", "av:h264:df1"])
+    assert _read(clips["small"], 1) == (1, [])  # already one: no reopen
+
+
+def test_stats_show_each_streams_threads_against_the_plan(clips):
+    with StreamLoader([clips["small"], clips["large"]], size=(64, 64)) as loader:
+        planned = loader.plan.threads.ffmpeg
+        batches = sum(1 for _ in loader)
+        streams = loader.stats()["streams"]
+    assert batches == 30
+    assert planned >= 2, loader.plan.reasons["threads"]  # files get two or more
+    assert "opens with 1" in loader.plan.reasons["threads"]
+    assert [s["ffmpeg_threads"] for s in streams] == [1, planned]
