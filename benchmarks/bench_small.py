@@ -10,6 +10,9 @@ Contenders, each in a fresh process with torch and cv2 imported, interleaved in 
 - ``edgeload``: ``StreamLoader(files, size=(160, 160), batch=4)`` with the plan.
 - ``edgeload-ffN``: the same with N FFmpeg threads per stream instead of the plan's
   (0: FFmpeg's own choice); a benchmark-only override, to measure the plan's choice.
+  These files are small enough that each capture opens with one thread whenever N is
+  more than one (``SMALL_FILE_PIXELS`` in ``edgeload/video/capture.py``); the report's
+  ``stream_ffmpeg_threads`` says what each stream ran.
 
 Per contender: frames/s and CPU ms per frame over ``--seconds`` after a 1 s warm-up.
 
@@ -67,6 +70,9 @@ def _edgeload(paths: list[str], ffmpeg_threads: int | None, info: dict[str, Any]
         for i, batch in enumerate(loader):
             if i == 10:
                 info["os_threads"] = os_threads()
+                # What each capture opened with: a small file gets 1 whatever the plan says
+                streams = loader.stats()["streams"]
+                info["stream_ffmpeg_threads"] = [s.get("ffmpeg_threads") for s in streams]
             yield int(batch.valid.sum()), batch.frames
 
 
@@ -130,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             "cpu_ms_per_frame_runs": [round(1000 * r["cpu_s"] / r["frames"], 3) for r in rs],
             "peak_pss_mib": statistics.median(r["peak_pss_mib"] for r in rs),
             "ffmpeg_threads": rs[0].get("ffmpeg_threads"),
+            "stream_ffmpeg_threads": rs[0].get("stream_ffmpeg_threads"),
         }
     if "plain" in res:
         for name, m in res.items():
