@@ -30,7 +30,8 @@ LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline
 # whatever the plan gives files.  At 320x240 a frame decodes in well under a
 # millisecond: a second frame thread only adds GIL hand-offs and wake-ups (+14-25 %
 # CPU per frame over one thread; 4 x 720p gains from two).  Twice 320x240's pixels
-# (352x288 and 480x320 too, 640x360 not: unmeasured) - docs/performance.md, "Small files".
+# (352x288 and 480x320 too; not 640x360, where one thread loses with a 640x640
+# output) - docs/performance.md, "Small files".
 SMALL_FILE_PIXELS = 2 * 320 * 240
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
