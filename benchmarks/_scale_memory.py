@@ -24,16 +24,10 @@ _ROLLUP_KINDS = {"Pss_Anon": "anon", "Pss_Shmem": "slots", "Pss_File": "file"}
 def memory_by_kind() -> dict[str, float]:
     """This process's PSS in MiB by kind (see the module docstring); empty where the
     kernel has no ``/proc/self/smaps_rollup`` split."""
-    kinds: dict[str, float] = {}
-    try:
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in _ROLLUP_KINDS:
-                    kinds[_ROLLUP_KINDS[key]] = float(rest.split()[0]) / 1024
-    except OSError:
-        return {}
-    return kinds
+    from benchmarks._common import smaps_pss
+
+    rollup = smaps_pss()
+    return {kind: rollup[key] / 2**20 for key, kind in _ROLLUP_KINDS.items() if key in rollup}
 
 
 def bare_captures(paths: list[str], n: int, seconds: float, ffmpeg_threads: int) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import interleave
+from benchmarks._common import interleave, smaps_pss
 from edgeload._compat import zip_strict
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
@@ -199,13 +199,9 @@ class _PeakOwnPss:
         except psutil.Error:
             return
         for pid in procs:
-            try:
-                with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-                    fields = dict(line.split()[:2] for line in f if line.startswith("Pss"))
-            except OSError:
-                continue  # it exited between listing and reading
-            total += int(fields.get("Pss:", 0)) * 1024
-            own += (int(fields.get("Pss_Anon:", 0)) + int(fields.get("Pss_Shmem:", 0))) * 1024
+            fields = smaps_pss(pid)  # empty: it exited between listing and reading
+            total += fields.get("Pss", 0)
+            own += fields.get("Pss_Anon", 0) + fields.get("Pss_Shmem", 0)
         self.peak_bytes = max(self.peak_bytes, total)
         self.peak_own_bytes = max(self.peak_own_bytes, own)
 

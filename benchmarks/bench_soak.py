@@ -112,20 +112,15 @@ def _shm_bytes() -> int:
 
 
 def _rollup() -> dict[str, float]:
-    """``Pss_Anon`` and ``Pss_File`` of this process in MiB (Linux 5.x smaps_rollup).
+    """``Pss_Anon``, ``Pss_File`` and ``Pss_Shmem`` of this process in MiB (Linux 5.x
+    smaps_rollup).
 
     Without those lines (older kernels) the anonymous part is the whole PSS.
     """
-    fields: dict[str, float] = {}
-    try:
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ("Pss_Anon", "Pss_File", "Pss_Shmem"):
-                    fields[key] = float(rest.split()[0]) / 1024
-    except OSError:
-        pass
-    return fields
+    from benchmarks._common import smaps_pss
+
+    wanted = ("Pss_Anon", "Pss_File", "Pss_Shmem")
+    return {key: n / 2**20 for key, n in smaps_pss().items() if key in wanted}
 
 
 def sample() -> dict[str, float]:
