@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +45,7 @@ import numpy as np
 
 from benchmarks._common import interleave, smaps_pss
 from edgeload._compat import zip_strict
+from edgeload.measure import run_sampled
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
 EXTRA_MODES = ("edgeload-pf1",)
@@ -231,16 +231,7 @@ def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]
         "--out-size",
         str(args.out_size),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        with _PeakOwnPss(proc.pid) as mem:
-            out, _ = proc.communicate(timeout=_CHILD_TIMEOUT_S)
-    except BaseException:
-        proc.kill()
-        proc.communicate()
-        raise
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} run failed with exit code {proc.returncode}")
+    out, mem = run_sampled(cmd, timeout_s=_CHILD_TIMEOUT_S, sampler=_PeakOwnPss)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_pss_bytes"] = mem.peak_bytes
     result["peak_own_pss_bytes"] = mem.peak_own_bytes

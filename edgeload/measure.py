@@ -12,13 +12,16 @@ import math
 import os
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import ContextManager, TypeVar
 
 import psutil
 
 # How often the peak sampler reads /proc; smaller costs CPU on a small board.
 SAMPLE_INTERVAL_S = 0.05
+
+S = TypeVar("S")
 
 
 def _tree(pid: int | None) -> list[psutil.Process]:
@@ -70,9 +73,21 @@ def run_measured(cmd: Sequence[str], *, timeout_s: float) -> tuple[str, int]:
         RuntimeError: the command exited non-zero (its stderr went to ours).
         subprocess.TimeoutExpired: it ran past ``timeout_s`` (it is killed first).
     """
+    out, mem = run_sampled(cmd, timeout_s=timeout_s, sampler=PeakPss)
+    return out, mem.peak_bytes
+
+
+def run_sampled(
+    cmd: Sequence[str], *, timeout_s: float, sampler: Callable[[int], ContextManager[S]]
+) -> tuple[str, S]:
+    """Run ``cmd`` inside ``sampler(pid)`` (e.g. :class:`PeakPss`, or a sampler that
+    also reads another figure); return (stdout, what the sampler's ``with`` gave).
+
+    Raises: as :func:`run_measured`.
+    """
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, text=True)
     try:
-        with PeakPss(proc.pid) as mem:
+        with sampler(proc.pid) as mem:
             out, _ = proc.communicate(timeout=timeout_s)
     except BaseException:
         proc.kill()
@@ -80,7 +95,7 @@ def run_measured(cmd: Sequence[str], *, timeout_s: float) -> tuple[str, int]:
         raise
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed with exit code {proc.returncode}")
-    return out, mem.peak_bytes
+    return out, mem
 
 
 class PeakPss:

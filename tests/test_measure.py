@@ -71,3 +71,13 @@ def test_run_measured_names_a_failure_and_kills_on_timeout():
         run_measured([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=60)
     with pytest.raises(subprocess.TimeoutExpired):
         run_measured([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+
+
+def test_run_sampled_hands_back_the_samplers_figures():
+    from edgeload.measure import PeakPss, run_sampled
+
+    code = "import numpy as np, time; a = np.ones(64 << 20, np.uint8); time.sleep(0.3); print('ok')"
+    out, mem = run_sampled([sys.executable, "-c", code], timeout_s=60, sampler=PeakPss)
+    assert out.strip() == "ok"
+    assert isinstance(mem, PeakPss)
+    assert mem.peak_bytes > 60 << 20
