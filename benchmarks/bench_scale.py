@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ffmpeg-threads", type=int, nargs="+", default=[-1],
                         help="FFmpeg threads per stream to compare (-1: the plan's; "
                         "0: FFmpeg's own); each N runs with each")  # fmt: skip
+    parser.add_argument("--bframes", type=int, default=None,
+                        help="B-frames in the clips (default: x264's preset, 3; 0 is what an "
+                        "IP camera sends, and FFmpeg's decoder then keeps fewer frames)")  # fmt: skip
     parser.add_argument("--bare", action="store_true",
                         help="also run N plain OpenCV captures (no loader) per N")  # fmt: skip
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     """Run each stream count in interleaved rounds; print and save the medians."""
     from benchmarks.bench_video import make_clips
 
-    paths = make_clips(args.cache, size=(640, 360), seconds=4.0)
+    paths = make_clips(args.cache, size=(640, 360), seconds=4.0, bframes=args.bframes)
 
     def run_one(key: tuple[int, int], _round: int) -> dict[str, Any]:
         ff, n = key
@@ -168,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
     runs, orders = interleave(keys, args.rounds, run_one, label=lambda k: str(_key(k[1], k[0])))
     w, h = args.size
     report: dict[str, Any] = {
-        "workload": f"N looping 640x360 H.264 files -> {w}x{h}, policy every, one place "
+        "workload": f"N looping 640x360 H.264 files ("
+        f"{'x264 veryfast B-frames' if args.bframes is None else f'{args.bframes} B-frames'}) "
+        f"-> {w}x{h}, policy every, one place "
         f"per stream, {args.seconds:g} s after 1 s warm-up, consumer {args.consumer_ms:g} ms "
         "per batch",
         "cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg": os.getloadavg(),

@@ -57,20 +57,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the results as JSON here")
 
 
-def make_clips(directory: Path, *, size: tuple[int, int], seconds: float) -> list[Path]:
-    """Four H.264 clips of ``size`` (made once); different content so decode differs."""
+def make_clips(
+    directory: Path, *, size: tuple[int, int], seconds: float, bframes: int | None = None
+) -> list[Path]:
+    """Four H.264 clips of ``size`` (made once); different content so decode differs.
+
+    ``bframes=None`` keeps x264's preset (3 B-frames, what a recorded file often has);
+    ``bframes=0`` is what an IP camera sends, and the decoder then holds fewer frames."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
+    tag, bf = ("", []) if bframes is None else (f"-bf{bframes}", ["-bf", str(bframes)])
     for i, pattern in enumerate(("testsrc2", "smptehdbars", "mandelbrot", "life")):
-        path = directory / f"cam{i}-{size[0]}x{size[1]}-{seconds:g}s.mp4"
+        path = directory / f"cam{i}-{size[0]}x{size[1]}-{seconds:g}s{tag}.mp4"
         if not path.exists():
             src = f"{pattern}=size={size[0]}x{size[1]}:rate=30"
             if pattern == "life":
                 src = f"life=size={size[0]}x{size[1]}:rate=30:mold=10:ratio=0.1:death_color=#C83232"
             subprocess.run(
                 ["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", src, "-t", f"{seconds}",
-                 "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "60",
-                 str(path)],
+                 "-c:v", "libx264", "-preset", "veryfast", *bf, "-pix_fmt", "yuv420p",
+                 "-g", "60", str(path)],
                 check=True, timeout=_TIMEOUT_S,
             )  # fmt: skip
         paths.append(path)
