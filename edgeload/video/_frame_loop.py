@@ -98,6 +98,7 @@ class FrameLoop:
         self._limit = FpsLimit(source.fps, by_index=by_index) if source.fps else None
         self._clock = CaptureClock()
         self._buf: np.ndarray | None = None
+        self._pos_msec = 0  # cv2.CAP_PROP_POS_MSEC, looked up once a capture runs
         self._started_at = time.monotonic()
 
     def fps_measured(self) -> float:
@@ -111,6 +112,7 @@ class FrameLoop:
         """
         cv2 = require_cv2()
         src, head = self.source, self.playhead
+        self._pos_msec = cv2.CAP_PROP_POS_MSEC
         self.fps_reported = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
         head.start(cap, self.fps_reported)
         if self._limit is not None:
@@ -168,8 +170,7 @@ class FrameLoop:
 
     def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float) -> bool:
         """Give a converted frame, with its info, to the sink; False: the reader stops."""
-        cv2 = require_cv2()
-        pts_ms = float(cap.get(cv2.CAP_PROP_POS_MSEC))
+        pts_ms = float(cap.get(self._pos_msec))
         info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms))
         self.last_frame_at = now
         self.frames += 1

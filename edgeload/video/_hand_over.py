@@ -98,6 +98,8 @@ class HandOver:
         the batch the consumer takes now (in its thread): its own place, or with a
         fixed batch size the next free one, the streams handed over least first.
         ``known`` says whether a stream is still in the loader (removed ones go)."""
+        if not self._fresh:
+            return  # no ``latest`` stream has registered: nothing to fill, every batch
         with self._lock:
             for sid in [s for s in self._fresh if not known(s)]:
                 del self._fresh[sid]
