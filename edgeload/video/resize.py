@@ -8,7 +8,7 @@ is made once.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -40,6 +40,7 @@ class FrameWriter:
         w, h = size
         self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
         self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] | None = None
+        self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
 
     def _box(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
         """``(top, left, height, width)`` of the picture inside the output, cached."""
@@ -58,7 +59,9 @@ class FrameWriter:
 
     def write(self, frame: np.ndarray, place: np.ndarray) -> None:
         """Write BGR ``frame`` (H', W', 3) into ``place`` in the configured form."""
-        cv2 = require_cv2()
+        cv2 = self._cv2
+        if cv2 is None:
+            cv2 = self._cv2 = require_cv2()
         hwc = self._scratch if self._scratch is not None else place
         top, left, h, w = self._box(frame.shape)
         if (h, w) == hwc.shape[:2]:
