@@ -192,6 +192,18 @@ def outside_worker() -> Iterator[None]:
         _local.info = info
 
 
+@contextlib.contextmanager
+def as_worker(info: Any) -> Iterator[None]:
+    """Be worker ``info`` for a moment: a thread reading a sample of another worker's
+    batch (see ._claim_rows) shows the dataset that worker's id, seed and generators."""
+    mine = getattr(_local, "info", None)
+    _local.info = info
+    try:
+        yield
+    finally:
+        _local.info = mine
+
+
 def leave_worker() -> None:
     """Forget this thread's worker info (thread workers, when they stop)."""
     _local.info = None
@@ -217,6 +229,15 @@ def snapshot_rng(info: Any) -> list[Any]:
         [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
         base64.b64encode(torch_state.numpy().tobytes()).decode("ascii"),
     ]
+
+
+def rng_fingerprint(info: Any) -> tuple[Any, ...]:
+    """The worker's random state in a form cheap to compare (not to save): it changes
+    whenever the dataset draws from the worker's generators."""
+    py, npr, tg = _generators(info)
+    _, keys, pos, has_gauss, cached = npr.get_state()
+    torch_state = tg.get_rng_state() if hasattr(tg, "get_rng_state") else tg.get_state()
+    return (py.getstate(), keys.tobytes(), pos, has_gauss, cached, torch_state.numpy().tobytes())
 
 
 def restore_rng(info: Any, snapshot: list[Any]) -> None:
