@@ -93,9 +93,15 @@ class ClaimFlight:
         elif result.failure is None:
             self._quiet.add(result.worker_id)
 
-    def limit(self) -> int:
-        """Batches in flight while sharing: the slots' and one more to claim ahead."""
-        return self._slots.count + 1
+    def limit(self, usual: int) -> int:
+        """Batches in flight: while sharing, the slots' and one more to claim ahead;
+        before, while it may still start, one per worker (the first batches, whose
+        layout is not known yet, are fresh memory: no more of them than needed)."""
+        if self.board is not None:
+            return self._slots.count + 1
+        if self._allowed and not self._slots.refuse_sharing:
+            return min(usual, self._settings.num_workers)
+        return usual
 
     def takes(self, index: Any) -> bool:
         """Whether the batch of ``index`` goes to the board (sharing starts if it may)."""

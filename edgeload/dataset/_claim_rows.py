@@ -46,7 +46,7 @@ def run_claims(fetcher: Any, board: ClaimBoard, stop: threading.Event) -> Result
                 break
             batch, row = claimed
             _read_row(fetcher, board, batch, row, stop)
-            if board.row_done(batch):
+            if board.row_done(batch, row):
                 board.completed(batch, _complete(board, batch))
     except Exception as exc:  # a bug, not the dataset's: the main thread raises it
         board.failed(exc)

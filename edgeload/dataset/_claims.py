@@ -46,6 +46,8 @@ class ClaimedBatch:
         """Rows 0 .. next_row - 1 are claimed."""
         self.busy = 0
         """Claimed rows whose worker has not reported yet."""
+        self.reading: dict[int, str] = {}
+        """Row -> the thread reading it (named by a timeout)."""
         self.halted = False
         """A row failed or drew random numbers: its other rows are not claimed."""
         self.lock = threading.Lock()
@@ -164,6 +166,7 @@ class ClaimBoard:
                     row = batch.next_row
                     batch.next_row += 1
                     batch.busy += 1
+                    batch.reading[row] = threading.current_thread().name
                     return batch, row
             self._work.wait(POLL_INTERVAL_S)
         return None
@@ -189,10 +192,11 @@ class ClaimBoard:
         if drew:
             self._wake_workers()
 
-    def row_done(self, batch: ClaimedBatch) -> bool:
+    def row_done(self, batch: ClaimedBatch, row: int) -> bool:
         """A claimed row was reported; True (once) when the caller must complete the batch."""
         with self._lock:
             batch.busy -= 1
+            batch.reading.pop(row, None)
             rows_left = batch.next_row < len(batch.index) and not batch.halted
             return batch.busy == 0 and not (rows_left and not self.stopped)
 
@@ -256,11 +260,15 @@ def take(board: ClaimBoard, position: int, timeout_s: float | None) -> ClaimedBa
             )
         left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
         if left <= 0:
+            with board._lock:
+                row, worker = min(batch.reading.items(), default=(None, ""))
+            where = "" if row is None else f" (row {row}: sample {batch.index[row]!r})"
             raise WorkerTimeout(
                 f"DataLoader timed out after {timeout_s} seconds with no batch from its "
                 f"thread workers; a worker is stuck in the dataset (or raise timeout=): "
-                f"batch {position}, dataset indices {batch.index}",
+                f"{worker} on dataset index {batch.index}{where}",
                 index=position,
+                worker=worker or None,
             )
         board._done.wait(min(left, POLL_INTERVAL_S))
 

@@ -56,9 +56,8 @@ class TasksInFlight:
         return result, self._slots_held.pop(result.position)
 
     def _fill(self) -> None:
-        limit = self._settings.max_in_flight(self._slots.layout)
-        if self.claims.board is not None:
-            limit = self.claims.limit()
+        usual = self._settings.max_in_flight(self._slots.layout)
+        limit = self.claims.limit(usual)
         while not self._exhausted and len(self._slots_held) < limit:
             pos = self._next_pos
             try:
@@ -77,7 +76,7 @@ class TasksInFlight:
                 assert self.claims.board is not None
                 self.claims.board.add(pos, index, worker)
                 self._slots_held[pos] = _ON_BOARD
-                limit = self.claims.limit()
+                limit = self.claims.limit(usual)
                 continue
             if self.claims.board is not None:  # a batch the board cannot take
                 self._read_again(self.claims.end(self._keep))
