@@ -26,7 +26,14 @@ from ..pipeline.failure import Failure
 from . import _collate
 from ._claims import ClaimBoard, ClaimedBatch
 from ._tasks import Result
-from ._worker_ctx import as_worker, outside_worker, restore_rng, rng_fingerprint, snapshot_rng
+from ._worker_ctx import (
+    as_worker,
+    numpy_gauss_pending,
+    outside_worker,
+    restore_rng,
+    rng_fingerprint,
+    snapshot_rng,
+)
 
 # How often a worker waiting for the other to set up a batch's memory looks again.
 _SETUP_POLL_S = 0.005
@@ -38,7 +45,10 @@ def run_claims(fetcher: Any, board: ClaimBoard, stop: threading.Event) -> Result
     Returns a result with ``position`` -1 (nothing to yield): the loop's end.
     """
     info = fetcher.info
-    board.register(fetcher.worker_id, (info, snapshot_rng(info), rng_fingerprint(info)))
+    exact = numpy_gauss_pending(info)
+    board.register(
+        fetcher.worker_id, (info, snapshot_rng(info), rng_fingerprint(info, exact=exact), exact)
+    )
     try:
         while True:
             claimed = board.claim(stop)
@@ -63,7 +73,7 @@ def _read_row(
     index = batch.index[row]
     error: Exception | None = None
     sample: Any = None
-    owner, start, before = board.workers[batch.owner]
+    owner, start, before, exact = board.workers[batch.owner]
     try:
         # The thread's own dataset copy (the copies were set up alike; a copy is never
         # read by two threads), as the batch's owner: its id, seed and generators.
@@ -71,7 +81,7 @@ def _read_row(
             sample = fetcher.dataset[index]
     except Exception as exc:
         error = exc
-    if rng_fingerprint(owner) != before:
+    if rng_fingerprint(owner, exact=exact) != before:
         # Stop first: a batch another thread completes after this is read again too.
         board.halt(batch, drew=True)
         restore_rng(owner, start)

@@ -7,6 +7,7 @@ errors, while a plain loop touches two slots; sharing stops where it cannot be e
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 
@@ -27,8 +28,9 @@ class Pictures(Dataset):
     """Fixed-size images and labels; ``bad`` raise, ``odd`` return a float label (not
     the layout the first batch showed), ``draw_from`` on draw from the worker's generators."""
 
-    def __init__(self, n=120, *, bad=(), odd=(), draw_from=None, delay_s=0.0):
+    def __init__(self, n=120, *, bad=(), odd=(), draw_from=None, draw="torch", delay_s=0.0):
         self.n, self.bad, self.odd, self.draw_from, self.delay_s = n, bad, odd, draw_from, delay_s
+        self.draw = draw
 
     def __len__(self):
         return self.n
@@ -44,8 +46,14 @@ class Pictures(Dataset):
         if self.draw_from is not None and i >= self.draw_from:
             info = edgeload.get_worker_info()
             rng = getattr(info, "rng", None)
-            gen = rng.torch_generator if rng is not None else None
-            image[1, 1, 1] = int(torch.randint(0, 250, (1,), generator=gen))
+            if self.draw == "numpy":  # a Gaussian: one of two drawn is cached
+                npr = rng.numpy_generator if rng is not None else np.random
+                image[1, 1, 1] = int(abs(npr.randn()) * 50) % 250
+            elif self.draw == "python":
+                image[1, 1, 1] = (rng.random_generator if rng else random).randrange(250)
+            else:
+                gen = rng.torch_generator if rng is not None else None
+                image[1, 1, 1] = int(torch.randint(0, 250, (1,), generator=gen))
         return image, label
 
 
@@ -119,11 +127,17 @@ def test_a_sample_off_the_layout_goes_to_default_collate_like_torch():
     assert reference[6][1].is_floating_point()  # the batch torch collated as floats
 
 
-def test_a_dataset_that_starts_drawing_late_still_gets_torchs_numbers():
+@pytest.mark.parametrize("draw", ["torch", "numpy", "python"])
+def test_a_dataset_that_starts_drawing_late_still_gets_torchs_numbers(draw):
     # Draws begin at sample 60, after sharing has begun: the batches not yet yielded
     # are read again whole by their owners, from the generators as torch has them.
     ours, theirs = run_both(
-        lambda: Pictures(draw_from=60), THREADS, FORK, batch_size=8, shuffle=False, seeded=True
+        lambda: Pictures(draw_from=60, draw=draw),
+        THREADS,
+        FORK,
+        batch_size=8,
+        shuffle=False,
+        seeded=True,
     )
     assert_same_batches(ours, theirs)
     with DataLoader(Pictures(draw_from=60), batch_size=8, **THREADS) as loader:
