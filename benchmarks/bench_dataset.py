@@ -10,6 +10,8 @@ int label)``.  Modes, each in its own fresh process so memory is measured alone:
   batches keep one more slot (the user's, one being filled, one ready); not in the
   default modes.  (``edgeload-pf1`` is now the default's slot count, kept for old
   command lines.)
+- ``edgeload-owner``: the default with batch sharing switched off (each worker reads whole
+  batches, 4 in flight, 6 slots): the loader before shared batches, for A/B rounds.
 - ``torch-0``: ``torch.utils.data.DataLoader(num_workers=0)``.
 - ``torch-fork-2`` / ``torch-spawn-2``: 2 worker processes, forked / spawned.
 
@@ -50,7 +52,7 @@ from edgeload._compat import zip_strict
 from edgeload.measure import run_sampled
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
-EXTRA_MODES = ("edgeload-pf1", "edgeload-pf2")
+EXTRA_MODES = ("edgeload-pf1", "edgeload-pf2", "edgeload-owner")
 # What an edgeload run reports of its loader (stats() keys), from its first run.
 _LOADER_STATS = (
     "num_workers",
@@ -134,7 +136,10 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     dataset = JpegDataset(path, out_size)
     cpu0 = _cpu_s()
     start = time.perf_counter()
-    if mode == "edgeload":
+    if mode in ("edgeload", "edgeload-owner"):
+        from edgeload.dataset import _claim_flight
+
+        _claim_flight.SHARE_BATCHES = mode == "edgeload"
         loader: Any = EdgeLoader(dataset, batch_size=batch, num_workers="auto")
     elif mode in ("edgeload-pf1", "edgeload-pf2"):
         pf = int(mode[-1])

@@ -20,12 +20,17 @@ from ._settings import LoaderSettings
 from ._slots import LoaderSlots
 from ._tasks import ClaimTask, Result
 
+# Off only for measuring (benchmarks/bench_dataset.py's edgeload-owner mode): workers
+# then read whole batches, as before sharing existed.
+SHARE_BATCHES = True
+
 
 def may_share(settings: LoaderSettings, slots: LoaderSlots) -> bool:
     """Whether this epoch's workers may share batches (before anything is read)."""
     sampling = settings.sampling
     return (
-        settings.worker_kind == "thread"
+        SHARE_BATCHES
+        and settings.worker_kind == "thread"
         and settings.num_workers >= 2
         and slots.enabled
         and not slots.refuse_sharing
