@@ -8,12 +8,14 @@ until the loader closes, so batches the user still holds stay valid.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import ClosedError
 from ..pipeline.slots import Slot, SlotPool
+from ._placement import OpenBatch
 
 
 class BatchPools:
@@ -59,6 +61,11 @@ class BatchPools:
             return pool, pool.acquire(timeout_s=0)
         except (TimeoutError, ClosedError):
             return None
+
+    def open_batch(self, places: int) -> OpenBatch | None:
+        """A batch of ``places`` opened now on a free slot; None if none is free."""
+        free = self.free_slot(places)
+        return None if free is None else OpenBatch(*free, places, opened_at=time.monotonic())
 
     def all(self) -> list[SlotPool]:
         """Every pool made so far."""

@@ -10,6 +10,7 @@ turns the slot into a :class:`Batch` (``build_batch``), counted in the loader's
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -37,25 +38,20 @@ _log = logging.getLogger("edgeload")
 def make_sink(
     asm: Assembler, stream: StreamEntry, running: Callable[[], bool], fresh: FreshFrame | None
 ) -> Sink:
-    """The reader's sink: claim a place, resize the frame into it, commit it; or, for a
-    ``latest`` stream beside active ``every`` ones, resize it into ``fresh``."""
+    """The reader's sink: claim a place, resize the frame into it, commit it
+    (:meth:`~edgeload.video.assembler.Assembler.deliver`); or, for a ``latest`` stream
+    beside active ``every`` ones, resize it into ``fresh``."""
     writer, latest = stream.writer, stream.source.policy == "latest"
+    # A partial of the assembler's method: no Python frame of its own per frame.
+    deliver = functools.partial(asm.deliver, stream.sid, latest, writer, running)
+    if fresh is None:
+        return deliver
 
-    def sink(frame: np.ndarray, info: FrameInfo) -> bool:
-        if fresh is not None and asm.rules.handing_over():
-            fresh.write(frame, info, writer)
+    def sink(frame: np.ndarray, seq: int, pts_ms: float, captured_at: float) -> bool:
+        if asm.rules.handing_over():
+            fresh.write(frame, FrameInfo(seq, pts_ms, captured_at), writer)
             return True
-        claim = asm.claim(stream.sid, latest=latest)
-        if claim is None:
-            return running()
-        batch, place = claim
-        try:
-            writer.write(frame, batch.slot.array[place])
-        except BaseException:
-            asm.commit(batch, place, None)
-            raise
-        asm.commit(batch, place, info)
-        return True
+        return deliver(frame, seq, pts_ms, captured_at)
 
     return sink
 

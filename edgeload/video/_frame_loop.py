@@ -23,11 +23,12 @@ import numpy as np
 from .._deps import require_cv2
 from ._playhead import Playhead
 from .clock import AgeOrigin, CaptureClock, LiveEdge
-from .source import FrameInfo, VideoSource
+from .source import VideoSource
 
-# A sink takes the decoded BGR frame (only valid during the call) and its info, and
-# returns False when the reader should stop.
-Sink = Callable[[np.ndarray, FrameInfo], bool]
+# A sink takes the decoded BGR frame (only valid during the call) and its seq, pts_ms
+# and captured_at (as :class:`~edgeload.video.source.FrameInfo` names them: plain
+# values, no object made per frame), and returns False when the reader should stop.
+Sink = Callable[[np.ndarray, int, float, float], bool]
 # Asked after each grab with (grabbed_at, frame interval): convert this frame?
 Wants = Callable[[float, float], bool]
 
@@ -130,7 +131,8 @@ class FrameLoop:
                 return "lost"
             if src.realtime and not head.keep_pace(cap, stop):
                 return "stop"
-            grab_started = time.monotonic()
+            # Only the live edge asks when a grab started: no clock read a frame otherwise.
+            grab_started = time.monotonic() if edge is not None else 0.0
             if convert_all and self._buf is not None:
                 # Grab and convert at once; FFmpeg's conversion of a grabbed frame does
                 # not fail, so False here is the end of the file, as for grab().
@@ -171,10 +173,10 @@ class FrameLoop:
     def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float) -> bool:
         """Give a converted frame, with its info, to the sink; False: the reader stops."""
         pts_ms = float(cap.get(self._pos_msec))
-        info = FrameInfo(seq=seq, pts_ms=pts_ms, captured_at=self._captured(now, pts_ms))
+        captured = now if self.age_from == "grab" else self._captured(now, pts_ms)
         self.last_frame_at = now
         self.frames += 1
-        return bool(self._sink(img, info))
+        return self._sink(img, seq, pts_ms, captured)
 
     def _captured(self, grabbed_at: float, pts_ms: float) -> float:
         """The frame's capture time, as ``age_from`` says (see :mod:`edgeload.video.clock`)."""

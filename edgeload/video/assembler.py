@@ -27,19 +27,23 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ._batch_pools import BatchPools
 from ._placement import OpenBatch, Placement, Sealed, clear_stale, mark_stale
+from .resize import FrameWriter
 from .source import FrameInfo
 
-__all__ = ["MAX_OPEN", "Assembler", "OpenBatch", "Sealed"]
+__all__ = ["MAX_OPEN", "Assembler", "OpenBatch", "OpenBatches", "Sealed"]
 
 MAX_OPEN = 3
 """Most batches open at once (``every`` streams fill ahead up to this)."""
 
 
-class Assembler:
-    """Builds batches from stream threads' frames and seals them on a deadline.
+class OpenBatches:
+    """The open batches in shipping order, their lock, and where frames go in them:
+    the state the readers' side and the mux's side of an :class:`Assembler` share.
 
     Args:
         pools: the slot pools batches open on.
@@ -65,7 +69,7 @@ class Assembler:
         self.deadline_s = deadline_s
         self._lock = threading.Lock()  # the consumer's thread takes it: see the module
         self._cond = threading.Condition(self._lock)
-        self._stop = threading.Event()
+        self._stopped = False
         # Open batches in shipping order. ``every`` streams may run ahead into later
         # ones, so one stream's slow frame does not idle the others' decode threads.
         self._opens: collections.deque[OpenBatch] = collections.deque()
@@ -78,11 +82,27 @@ class Assembler:
             self._rules.places = {sid: i for i, sid in enumerate(stream_ids)}
             self._cond.notify_all()
 
-    def _new_open(self) -> OpenBatch | None:
-        """Open a batch on a fresh slot (cond held, never waits); None if none is free."""
-        size = self._rules.size()
-        free = self._pools.free_slot(size)
-        return None if free is None else OpenBatch(*free, size, opened_at=time.monotonic())
+    def stop(self) -> None:
+        """Make ``seal_next`` and waiting ``claim`` calls return soon."""
+        self._stopped = True  # a plain flag: read on every claim, an Event is a call
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopped
+
+    def release_open(self) -> None:
+        """Give back the slots of the batches still open (the mux thread, at its end)."""
+        with self._cond:
+            leftover, self._opens = list(self._opens), collections.deque()
+        for batch in leftover:
+            batch.pool.release(batch.slot)
+
+
+class Assembler(OpenBatches):
+    """Builds batches from stream threads' frames and seals them on a deadline
+    (the arguments are :class:`OpenBatches`').
+    """
 
     def claim(self, stream_id: int, *, latest: bool) -> tuple[OpenBatch, int] | None:
         """Reserve a place for a frame of ``stream_id``: ``(batch, place)``, or None to drop it.
@@ -93,28 +113,51 @@ class Assembler:
         to ``MAX_OPEN``), or waits for room.
         """
         with self._lock:  # the C lock: no Python frame per frame (Condition.__enter__)
-            while not self._stop.is_set():
-                found = self._rules.find(self._opens, stream_id, latest)
-                if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
-                        not latest or self._opens[-1].sealing))):  # fmt: skip
-                    fresh = self._new_open()
-                    if fresh is not None:
-                        self._opens.append(fresh)
-                        self._cond.notify_all()
-                        continue
-                if found is not None:
-                    batch, place = found
-                    if batch.opened_at == math.inf:  # its first frame since the last take
-                        batch.opened_at = time.monotonic()
-                    batch.stale[place] = False
-                    batch.meta.valid[place] = False
-                    batch.meta.stream_id[place] = stream_id
-                    batch.writing += 1
-                    return batch, place
-                if latest:
-                    self.slot_misses += 1
-                    return None
-                self._cond.wait(POLL_INTERVAL_S)
+            return self._claim(stream_id, latest)
+
+    def deliver(self, stream_id: int, latest: bool, writer: FrameWriter,
+                running: Callable[[], bool], frame: np.ndarray, seq: int, pts_ms: float,
+                captured_at: float) -> bool:  # fmt: skip
+        """A reader's frame, claimed, written by ``writer`` outside the lock, committed:
+        :meth:`claim` and :meth:`commit` in one call (the reader's sink, per frame).
+        Returns False when the reader should stop (a dropped frame asks ``running``)."""
+        with self._lock:
+            found = self._claim(stream_id, latest)
+        if found is None:
+            return running()
+        batch, place = found
+        try:
+            writer.write(frame, batch.slot.array[place])
+        except BaseException:
+            self.commit(batch, place, None)
+            raise
+        with self._lock:
+            self._finish(batch, place, seq, pts_ms, captured_at)
+        return True
+
+    def _claim(self, stream_id: int, latest: bool) -> tuple[OpenBatch, int] | None:
+        while not self._stopped:  # the lock is held; a wait lets it go
+            found = self._rules.find(self._opens, stream_id, latest)
+            if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
+                    not latest or self._opens[-1].sealing))):  # fmt: skip
+                fresh = self._pools.open_batch(self._rules.size())
+                if fresh is not None:
+                    self._opens.append(fresh)
+                    self._cond.notify_all()
+                    continue
+            if found is not None:
+                batch, place = found
+                if batch.opened_at == math.inf:  # its first frame since the last take
+                    batch.opened_at = time.monotonic()
+                batch.stale[place] = False
+                batch.meta.valid[place] = False
+                batch.meta.stream_id[place] = stream_id
+                batch.writing += 1
+                return batch, place
+            if latest:
+                self.slot_misses += 1
+                return None
+            self._cond.wait(POLL_INTERVAL_S)
         return None
 
     def taken(self) -> None:
@@ -134,27 +177,25 @@ class Assembler:
     def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
         """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""
         with self._lock:
-            meta = batch.meta
-            batch.writing -= 1
             if info is None:
-                meta.stream_id[place] = -1
+                self._finish(batch, place, None, 0.0, 0.0)
             else:
-                meta.valid[place] = True
-                meta.seq[place] = info.seq
-                meta.pts_ms[place] = info.pts_ms
-                meta.captured_at[place] = info.captured_at
-            # Wake the mux only when it may act: waking it for every frame costs CPU.
-            if info is None or batch.sealing or self._rules.may_seal(batch):
-                self._cond.notify_all()
+                self._finish(batch, place, info.seq, info.pts_ms, info.captured_at)
 
-    def stop(self) -> None:
-        """Make ``seal_next`` and waiting ``claim`` calls return soon."""
-        self._stop.set()
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop.is_set()
+    def _finish(self, batch: OpenBatch, place: int, seq: int | None, pts_ms: float,
+                captured_at: float) -> None:  # fmt: skip
+        meta = batch.meta
+        batch.writing -= 1
+        if seq is None:
+            meta.stream_id[place] = -1
+        else:
+            meta.valid[place] = True
+            meta.seq[place] = seq
+            meta.pts_ms[place] = pts_ms
+            meta.captured_at[place] = captured_at
+        # Wake the mux only when it may act: waking it for every frame costs CPU.
+        if seq is None or batch.sealing or self._rules.may_seal(batch):
+            self._cond.notify_all()
 
     def seal_next(self) -> Sealed | None:
         """The mux thread's step: the oldest batch, sealed and out of the open ones, once
@@ -173,7 +214,7 @@ class Assembler:
                 self._cond.wait(min(POLL_INTERVAL_S, max(0.0, due - time.monotonic())))
                 return None
             batch.sealing = True
-            while batch.writing and not self._stop.is_set():
+            while batch.writing and not self._stopped:
                 self._cond.wait(POLL_INTERVAL_S)
             self._opens.remove(batch)
             self._cond.notify_all()
@@ -181,10 +222,3 @@ class Assembler:
             batch.pool.release(batch.slot)  # every claim on it was abandoned
             return None
         return batch.meta
-
-    def release_open(self) -> None:
-        """Give back the slots of the batches still open (the mux thread, at its end)."""
-        with self._cond:
-            leftover, self._opens = list(self._opens), collections.deque()
-        for batch in leftover:
-            batch.pool.release(batch.slot)
