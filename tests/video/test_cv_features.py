@@ -94,7 +94,7 @@ def test_the_guard_frees_a_reader_stuck_opening_a_silent_camera(monkeypatch, sch
         source = VideoSource(url, open_timeout_s=1, read_timeout_s=1, backoff_s=(0.1, 0.2))
         target = build_target(scheme, url, backend="ffmpeg", preferred="ffmpeg",
                               decoder="software")  # fmt: skip
-        reader = StreamReader(source, target, stream_id=11, sink=lambda f, i: True)
+        reader = StreamReader(source, target, stream_id=11, sink=lambda f, *info: True)
         reader.start()
         wait_until(lambda: reader.connection.attempts >= 2, 20)
         attempts = reader.connection.attempts
@@ -116,7 +116,7 @@ def test_the_guard_reconnects_a_frozen_http_stream(monkeypatch, tmp_path_factory
                               decoder="software")  # fmt: skip
         seqs = []
         reader = StreamReader(source, target, stream_id=12,
-                              sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
+                              sink=lambda f, seq, *_: seqs.append(seq) or True)  # fmt: skip
         reader.start()
         wait_until(lambda: reader.connection.reconnects >= 1, 20)
         reader.stop()

@@ -49,8 +49,8 @@ def _read(path, threads):
                           decoder="software")  # fmt: skip
     seen: list[list[str]] = []
 
-    def sink(frame, info):
-        if info.seq == 5:
+    def sink(frame, seq, pts_ms, captured_at):
+        if seq == 5:
             seen.append(_frame_threads())
         return True
 

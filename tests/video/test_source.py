@@ -138,8 +138,8 @@ def _run_reader(source, sink, **kwargs):
 def _read_all(source, **kwargs):
     got = []
 
-    def sink(frame, info):
-        got.append((info.seq, frame.shape, frame.__array_interface__["data"][0]))
+    def sink(frame, seq, pts_ms, captured_at):
+        got.append((seq, frame.shape, frame.__array_interface__["data"][0]))
         return True
 
     return _run_reader(source, sink, **kwargs), got
@@ -155,8 +155,8 @@ def test_reader_decodes_every_frame_into_one_buffer(small):
 
 
 def test_a_sink_that_raises_fails_a_file_stream_and_the_fault_keeps_the_exception(small):
-    def rejecting_sink(frame, info):
-        raise RuntimeError(f"the model refused frame {info.seq}")
+    def rejecting_sink(frame, seq, pts_ms, captured_at):
+        raise RuntimeError(f"the model refused frame {seq}")
 
     reader = _run_reader(VideoSource(small), rejecting_sink)
     fault = reader.connection.last_error
@@ -181,7 +181,7 @@ def test_reader_realtime_replay_is_paced_and_resumes_mid_file(small):
 
 
 def test_a_realtime_replay_behind_its_schedule_skips_frames_as_late(small):
-    def slow_sink(frame, info):
+    def slow_sink(frame, seq, pts_ms, captured_at):
         time.sleep(0.1)  # three frame intervals at 30 fps
         return True
 
@@ -196,8 +196,8 @@ def test_a_realtime_replay_behind_its_schedule_skips_frames_as_late(small):
 def test_a_looping_file_keeps_counting_while_its_position_wraps(small):
     got = []
 
-    def sink(frame, info):
-        got.append(info.seq)
+    def sink(frame, seq, pts_ms, captured_at):
+        got.append(seq)
         return len(got) < 45
 
     reader = _run_reader(VideoSource(small, loop=True), sink)
@@ -216,7 +216,7 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
     source = VideoSource(f"rtsp://127.0.0.1:{port}/x", backoff_s=(0.05, 0.2), open_timeout_s=1)
     target = build_target("rtsp", source.value, backend="auto", preferred="ffmpeg",
                           decoder="software")  # fmt: skip
-    reader = StreamReader(source, target, stream_id=7, sink=lambda f, i: True)
+    reader = StreamReader(source, target, stream_id=7, sink=lambda f, *info: True)
     reader.start()
     time.sleep(1.0)
     assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
@@ -234,7 +234,7 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
                               decoder="software")  # fmt: skip
         seqs = []
         reader = StreamReader(source, target, stream_id=5,
-                              sink=lambda f, i: seqs.append(i.seq) or True)  # fmt: skip
+                              sink=lambda f, seq, *_: seqs.append(seq) or True)  # fmt: skip
         reader.start()
         wait_until(lambda: reader.connection.reconnects >= 1, 15)
         reader.stop()
