@@ -51,18 +51,18 @@ class OpenBatch:
     newer frame of its stream replaces it); then it ships rather than keep the
     consumer waiting, as it does in a partial batch."""
 
+    filled: int = 0
+    """Places holding a committed frame (``meta.valid`` counted, kept by the assembler)."""
+
     def __post_init__(self) -> None:
+        # Three arrays, each field a row of one: a batch opens ~60 times a second at
+        # 4 x 720p, and numpy's ``full`` is three calls (``docs/performance.md``).
         n = self.size
-        self.meta = Sealed(
-            self.pool,
-            self.slot,
-            np.zeros(n, bool),
-            np.full(n, -1, np.int64),
-            np.full(n, -1, np.int64),
-            np.zeros(n, np.float64),
-            np.zeros(n, np.float64),
-        )
-        self.stale = np.zeros(n, bool)
+        ids = np.empty((2, n), np.int64)
+        ids.fill(-1)
+        times, flags = np.zeros((2, n), np.float64), np.zeros((2, n), bool)
+        self.meta = Sealed(self.pool, self.slot, flags[0], ids[0], ids[1], times[0], times[1])
+        self.stale = flags[1]
 
 
 class Placement:
@@ -142,8 +142,10 @@ class Placement:
         if not latest:
             # ``every`` streams deliver all their frames anyway: first come, first placed,
             # so a fast file never waits for a slow one (order per stream still holds).
-            free_places = owners.count(-1)
-            if free_places == 0 or free_places <= self._kept_free():
+            if -1 not in owners:
+                return None
+            # Places kept for the hand-over: only a loader with ``latest`` streams has any.
+            if self.latest and owners.count(-1) <= self._kept_free():
                 return None
             return owners.index(-1)
         # ``latest`` streams share a batch fairly, or a fast camera would crowd out the rest.
@@ -160,10 +162,12 @@ class Placement:
         """Whether a frame just committed may let the mux seal ``batch`` (each commit
         asks): with one place per stream, always; with a fixed size, once every place
         holds a frame."""
-        return self.fixed is None or all(batch.meta.valid.tolist())
+        return self.fixed is None or batch.filled >= batch.size
 
     def full(self, batch: OpenBatch) -> bool:
         """Whether every place the batch waits for holds a frame."""
+        if self.fixed is not None and not self.latest:
+            return batch.filled >= self.fixed  # no stale frames, no places kept free
         valid: list[bool] = batch.meta.valid.tolist()
         stale: list[bool] = batch.stale.tolist()
         if self.fixed is not None:

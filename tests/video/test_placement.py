@@ -65,8 +65,10 @@ def test_every_streams_fill_a_fixed_batch_first_come_then_wait(pool):
         got = [_claim(rules, batch, sid, latest=False) for sid in (1, 1, 0, 0)]
         assert [g[1] if g else None for g in got] == [0, 1, 2, None]
         batch.meta.valid[:2] = True
+        batch.filled = 2  # as the assembler counts its commits
         assert not rules.may_seal(batch)  # a commit leaves the mux asleep until the last
         batch.meta.valid[:] = True
+        batch.filled = 3
         assert rules.full(batch)
         assert rules.may_seal(batch)
     finally:
