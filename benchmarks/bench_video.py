@@ -99,9 +99,10 @@ def _edgeload(
         loader = StreamLoader(sources, size=OUT, batch=4)
     with loader:
         for batch in loader:
-            # Counted from the metadata (one C call), as the ceiling counts in Python: a
-            # torch reduction per batch is the benchmark's CPU, not the loader's.
-            frames += len(batch.meta) - batch.meta.count(None)
+            # Counted from the metadata in C calls, as the ceiling counts in Python: a
+            # torch reduction per batch is the benchmark's CPU, not the loader's (and
+            # ``meta.count(None)`` calls FrameMeta's Python ``__eq__`` per frame).
+            frames += len(list(filter(None, batch.meta)))
             if live:
                 time.sleep(0.1)  # the model
                 if time.monotonic() - start > 2:  # after warm-up

@@ -114,7 +114,9 @@ class Delivery:
             raise StopIteration
         try:
             self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
-            return build_batch(item, self._table.get, self.telemetry, self._copier)
+            # One copy of the table a batch (its dict's own get per place): not a
+            # locked lookup per frame.
+            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier)
         except BaseException:
             # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
             # queued, so it goes back to its pool here; lost, each would cost a slot.
@@ -184,17 +186,16 @@ def build_batch(
         frames = copier.to_device(view, hold=False).tensor()
         del view
     now = time.monotonic()
-    metas: list[FrameMeta | None] = []
     ages: list[float] = []
     # One ``tolist`` per field, not a numpy scalar read per place and field.
     valid: list[bool] = sealed.valid.tolist()
+    metas: list[FrameMeta | None] = [None] * len(valid)
     sids: list[int] = sealed.stream_id.tolist()
     seqs: list[int] = sealed.seq.tolist()
     pts: list[float] = sealed.pts_ms.tolist()
     captured_at: list[float] = sealed.captured_at.tolist()
     for place, ok in enumerate(valid):
         if not ok:
-            metas.append(None)
             continue
         sid, seq = sids[place], seqs[place]
         stream = streams(sid)
@@ -206,6 +207,6 @@ def build_batch(
         captured = captured_at[place]
         age = (now - captured) * 1000.0
         ages.append(age)
-        metas.append(FrameMeta(sid, seq, pts[place], captured, age, gap))
+        metas[place] = FrameMeta(sid, seq, pts[place], captured, age, gap)
     telemetry.delivered(ages, now)
     return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))

@@ -96,6 +96,11 @@ class StreamTable:
         with self._lock:
             return self._streams.get(sid)
 
+    def snapshot(self) -> dict[int, StreamEntry]:
+        """The streams now, by id (a copy)."""
+        with self._lock:
+            return dict(self._streams)
+
     def entries(self) -> list[StreamEntry]:
         """The streams now, in id order."""
         with self._lock:

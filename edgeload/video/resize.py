@@ -63,7 +63,11 @@ class FrameWriter:
         if cv2 is None:
             cv2 = self._cv2 = require_cv2()
         hwc = self._scratch if self._scratch is not None else place
-        top, left, h, w = self._box(frame.shape)
+        geometry = self._geometry  # the cached box, looked at here: one call less a frame
+        if geometry is not None and geometry[0] == frame.shape:
+            top, left, h, w = geometry[1]
+        else:
+            top, left, h, w = self._box(frame.shape)
         if (h, w) == hwc.shape[:2]:
             inner = hwc  # the picture fills the place: no view to make (once per frame)
         else:
