@@ -19,7 +19,7 @@ from .._version import __version__
 from ..checkpoint import write_atomic
 from ..errors import ProfileError
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def toml_value(value: Any) -> str:
@@ -51,7 +51,8 @@ def toml_value(value: Any) -> str:
 
 def toml_key(key: str) -> str:
     """A bare key where TOML allows one, else a quoted key."""
-    return key if _BARE_KEY.match(key) else toml_value(key)
+    # fullmatch: "$" would also match before a trailing newline, writing "0\n" bare
+    return key if _BARE_KEY.fullmatch(key) else toml_value(key)
 
 
 def render_toml(tables: Mapping[str, Mapping[str, Any]], *, comment: str = "") -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _media import clip, media_dir
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from edgeload import cli, load_profile, plan_for, probe
@@ -144,6 +144,7 @@ scalars = st.one_of(
 
 
 @given(st.dictionaries(st.text(min_size=1), scalars, max_size=8))
+@example({"0\n": ""})  # a key ending in a newline once went out bare
 def test_toml_writer_round_trips_through_tomllib(table):
     text = render_toml({"tuned": {"model": "x"}, "profile": table}, comment="a\nb")
     assert tomllib.loads(text) == {"tuned": {"model": "x"}, "profile": table}
