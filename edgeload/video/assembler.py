@@ -159,10 +159,10 @@ class Assembler(OpenBatches):
                 fresh = self._pools.open_batch(self._rules.size())
                 if fresh is not None:
                     self._opens.append(fresh)
-                    # The mux wakes only if it has no other batch (or for a ``latest``
-                    # batch's deadline): while it waits for an older batch to fill, this
-                    # wake was 0.75 of its 2.7 loops a batch at 4 x 720p.
-                    if len(self._opens) == 1 or self._rules.latest:
+                    # Only for a ``latest`` batch's deadline does the mux wake now: a
+                    # batch with no frame yet only makes it wait again (0.75 of its 2.7
+                    # loops a batch at 4 x 720p); it reads the deadline when it next wakes.
+                    if self._rules.latest:
                         self._cond.notify_all()
                     if self._waiting:
                         self._room.notify_all()
