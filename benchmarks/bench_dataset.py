@@ -6,12 +6,8 @@ decoded with ``cv2.imdecode`` and resized to 224x224, batches of 32 ``(uint8 ima
 int label)``.  Modes, each in its own fresh process so memory is measured alone:
 
 - ``edgeload``: ``edgeload.DataLoader(num_workers="auto")`` - whatever the plan picks.
-- ``edgeload-pf2``: the same with ``prefetch_factor=2``: thread workers that share
-  batches keep one more slot (the user's, one being filled, one ready); not in the
-  default modes.  (``edgeload-pf1`` is now the default's slot count, kept for old
-  command lines.)
-- ``edgeload-owner``: the default with batch sharing switched off (each worker reads whole
-  batches, 4 in flight, 6 slots): the loader before shared batches, for A/B rounds.
+- ``edgeload-pf1``: the same with ``prefetch_factor=1`` (one task in flight per worker:
+  two batch slots less; not in the default modes).
 - ``torch-0``: ``torch.utils.data.DataLoader(num_workers=0)``.
 - ``torch-fork-2`` / ``torch-spawn-2``: 2 worker processes, forked / spawned.
 
@@ -52,16 +48,7 @@ from edgeload._compat import zip_strict
 from edgeload.measure import run_sampled
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
-EXTRA_MODES = ("edgeload-pf1", "edgeload-pf2", "edgeload-owner")
-# What an edgeload run reports of its loader (stats() keys), from its first run.
-_LOADER_STATS = (
-    "num_workers",
-    "worker_kind",
-    "slots",
-    "slots_touched",
-    "batches_shared",
-    "slot_copies",
-)
+EXTRA_MODES = ("edgeload-pf1",)
 _CHILD_TIMEOUT_S = 600
 # Issue 14's targets: edgeload's speed vs the best torch mode, its PSS vs torch-0's.
 SPEED_TARGET = 1.25
@@ -136,14 +123,10 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     dataset = JpegDataset(path, out_size)
     cpu0 = _cpu_s()
     start = time.perf_counter()
-    if mode in ("edgeload", "edgeload-owner"):
-        from edgeload.dataset import _claim_flight
-
-        _claim_flight.SHARE_BATCHES = mode == "edgeload"
+    if mode == "edgeload":
         loader: Any = EdgeLoader(dataset, batch_size=batch, num_workers="auto")
-    elif mode in ("edgeload-pf1", "edgeload-pf2"):
-        pf = int(mode[-1])
-        loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=pf)
+    elif mode == "edgeload-pf1":
+        loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=1)
     elif mode == "torch-0":
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=0)
     else:
@@ -164,7 +147,7 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     chosen = {}
     if mode.startswith("edgeload"):
         stats = loader.stats()
-        chosen = {k: stats.get(k) for k in _LOADER_STATS}
+        chosen = {k: stats.get(k) for k in ("num_workers", "worker_kind", "slots")}
         loader.close()
     del loader  # torch joins (and so reaps) its workers: their CPU time is counted
     cpu = _cpu_s() - cpu0
@@ -306,7 +289,7 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
             "peak_pss_mib": statistics.median(r["peak_pss_bytes"] for r in rs) / 2**20,
             "peak_own_pss_mib": statistics.median(r["peak_own_pss_bytes"] for r in rs) / 2**20,
             "cpu_ms_per_image": statistics.median(r["cpu_ms_per_image"] for r in rs),
-            **{k: rs[0][k] for k in _LOADER_STATS if k in rs[0]},
+            **{k: rs[0][k] for k in ("num_workers", "worker_kind", "slots") if k in rs[0]},
         }
     torch_modes = [m for m in modes if m.startswith("torch")]
     workload = {k: v for k, v in vars(args).items() if isinstance(v, (int, str, list, tuple))}
@@ -399,13 +382,6 @@ def _print(report: dict[str, Any]) -> None:
             f"{m['first_batch_s']:8.2f}s {m['peak_pss_mib']:6.0f} MiB "
             f"{m['peak_own_pss_mib']:5.0f} MiB {m['cpu_ms_per_image']:6.2f}ms"
         )
-    for mode, m in report["modes"].items():
-        if m.get("slots_touched") is not None:
-            print(
-                f"{mode}: {m['num_workers']} {m['worker_kind']} workers, {m['slots']} slots, "
-                f"{m['slots_touched']} touched, {m['batches_shared']} batches shared, "
-                f"{m['slot_copies']} copies (its first run)"
-            )
     print(f"equality: {report['equality']}")
     load = ", ".join(f"{x:.1f}" for x in report["load_average"])
     print(f"load average at the end: {load}")

@@ -49,7 +49,6 @@ TARGET_TESTS=(
     tests/cli/test_probe_fallbacks.py         # probe lists torch 2.1's and OpenCV 4.5.1's gaps
     tests/dataset/test_loader.py              # thread and process workers, torch parity
     tests/dataset/test_worker_ctx.py          # thread workers without torch's worker._RNG
-    tests/dataset/test_shared_batches.py      # thread workers sharing batches: torch 2.1's RNG API
     tests/dataset/test_resume.py              # resume
     tests/video/test_source.py                # VideoSource and its reader, files and loopback
     tests/video/test_cv_features.py           # the stall guard, for real on OpenCV 4.5.1

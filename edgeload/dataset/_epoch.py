@@ -126,7 +126,7 @@ class EpochIterator(Iterator[Any]):
             self.progress.mark_yielded(result.position)
             return _NOTHING
         if result.layout is not None:
-            slots.offer_layout(result.layout, shared_count=self._tasks.claims.shared_count)
+            slots.offer_layout(result.layout)
         batch = slots.finish(slot, result, pin=self._settings.choice.pin_memory)
         self.progress.mark_yielded(result.position)
         self._state.counters["batches"] += 1

@@ -18,7 +18,7 @@ from ..pipeline.failure import Failure
 from . import _collate, _datapipes
 from ._reading import SampleError, SampleReader
 from ._settings import LoaderWorkerKind
-from ._tasks import ClaimTask, FetchSpec, Result, Task, WorkerStart
+from ._tasks import FetchSpec, Result, Task, WorkerStart
 from ._worker_ctx import enter_worker, outside_worker, restore_rng, snapshot_rng
 
 __all__ = ["FetchSpec", "Fetcher", "Result", "Task", "WorkerStart"]
@@ -40,8 +40,6 @@ class Fetcher:
         self.info: Any = None
         self._reader = SampleReader(spec, self.dataset, worker_id)
         self._seeded_base: int | None = None
-        self._rng_before: list[Any] | None = None
-        self._setup: dict[str, Any] | None = None
 
     def start(self, start: WorkerStart) -> None:
         """Seed (once per base seed), run ``worker_init_fn``, open the dataset iterator."""
@@ -63,9 +61,6 @@ class Fetcher:
             _datapipes.reseed(self.dataset, start.shared_seed)
         if start.rng is not None and self.info is not None:
             restore_rng(self.info, start.rng)
-        self._rng_before = None if self.info is None else snapshot_rng(self.info)
-        if self.kind == "thread":
-            self._setup = dict(getattr(self.dataset, "__dict__", {}))
         self._reader.open(start)
 
     def _init_fn(self) -> Any:
@@ -76,16 +71,9 @@ class Fetcher:
             return types.MethodType(fn.__func__, self.dataset)
         return fn
 
-    def run(self, task: Task | ClaimTask) -> Result:
+    def run(self, task: Task) -> Result:
         """Produce the result of ``task``; loading errors travel inside the result."""
-        if isinstance(task, ClaimTask):
-            from ..pipeline.workers import current_worker
-            from ._claim_rows import run_claims
-
-            info = current_worker()
-            return run_claims(self, task.board, info.stop_event if info else _never())
         result = Result(task.position, self.worker_id)
-        result.setup, self._setup = self._setup, None
         try:
             samples = self._reader.read(task, result)
             if samples == [] and not result.ended:
@@ -102,8 +90,6 @@ class Fetcher:
             result.data = None
         result.consumed = self._reader.consumed
         result.rng = None if self.info is None else snapshot_rng(self.info)
-        result.drew = result.rng != self._rng_before
-        self._rng_before = result.rng
         return result
 
     def _collate(self, task: Task, samples: list[Any], result: Result) -> None:
@@ -137,12 +123,6 @@ class Fetcher:
                 result.data = _collate.default_collate()(samples)
         else:
             result.data = _collate.default_collate()(samples)
-
-
-def _never() -> Any:
-    import threading
-
-    return threading.Event()
 
 
 def _worker_copy(dataset: Any) -> Any:

@@ -43,20 +43,9 @@ class LoaderSlots:
         self._engine = engine
         self._pool: Any = None
         self.layout: _collate.SlotMap | None = None
-        self.shared_batches = False
-        """The pool was sized for workers that share batches (see ._claims)."""
-        self.refuse_sharing = False
-        """A sample drew from its worker's generators: batches are not shared again."""
-        self.touched: set[int] = set()
-        """Indices of the slots ever acquired (written): ``stats()["slots_touched"]``."""
-        self.user_keeps = False
-        """Shared batches: the user was seen keeping every slot (see ._claim_memory)."""
-        self.batches_shared = 0
-        """Batches the workers filled together (stats()), across epochs."""
 
-    def offer_layout(self, layout: _collate.SlotMap, *, shared_count: int | None = None) -> None:
-        """Create the pool for ``layout`` (the first offer wins); ``shared_count``: the
-        slots for workers that share batches (the user's batch and those filling)."""
+    def offer_layout(self, layout: _collate.SlotMap) -> None:
+        """Create the pool for ``layout`` (the first offer wins)."""
         if not self.enabled or self.layout is not None:
             return
         from ..pipeline.slots import SlotPool
@@ -64,9 +53,6 @@ class LoaderSlots:
 
         # `for batch in loader` still holds the previous batch while the next is leased.
         self._count = slot_count(self._in_flight, layout.nbytes, self._budget_bytes)
-        self.shared_batches = shared_count is not None
-        if shared_count is not None:  # within the prefetch budget too
-            self._count = min(shared_count, self._count)
         # A fixed count (no max_bytes growth): when the user keeps batches, a task
         # without a free slot gets fresh memory, which goes when the batch goes.
         max_bytes = None
@@ -87,21 +73,8 @@ class LoaderSlots:
             mode=mode,
             shared=self._shared,
             name="edgeload-loader-slots",
-            # Shared batches: the user may hold every slot for a moment (the last batch
-            # until the loop rebinds); workers wait for one to come back instead.
-            reserve=0 if self.shared_batches else 1,
             engine=self._engine if mode != "host" else None,
         )
-
-    @property
-    def pool(self) -> Any:
-        """The SlotPool (None before the layout is known, and after close)."""
-        return self._pool
-
-    @property
-    def count(self) -> int:
-        """Slots the pool has (or will have once the layout is known)."""
-        return self._count
 
     @property
     def page_locked(self) -> bool:
@@ -116,11 +89,9 @@ class LoaderSlots:
         if len(index) != layout.batch_size:
             return None, None
         try:
-            slot = self._pool.acquire(timeout_s=0)
+            return self._pool.acquire(timeout_s=0), layout
         except TimeoutError:
             return None, None
-        self.touched.add(slot.index)
-        return slot, layout
 
     def release(self, slot: Any) -> None:
         """Give back a slot whose task produced nothing in it."""
@@ -151,8 +122,6 @@ class LoaderSlots:
             "slots_held_by_user": s.leased,
             "slot_copies": s.copies,
             "slot_gpu_waits": s.gpu_waits,
-            "slots_touched": len(self.touched),
-            "batches_shared": self.batches_shared,
         }
 
     def close(self) -> None:
@@ -161,4 +130,3 @@ class LoaderSlots:
             self._pool.close()
         self._pool = None
         self.layout = None
-        self.touched = set()

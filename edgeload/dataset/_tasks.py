@@ -55,15 +55,6 @@ class Task:
     layout: _collate.SlotMap | None = None
 
 
-@dataclass(frozen=True)
-class ClaimTask:
-    """Thread workers: fill the board's batches together until it stops (see ._claims)."""
-
-    board: Any
-    index: Any = None
-    """Named by a timeout like a task's indices (the board names its batches itself)."""
-
-
 @dataclass
 class Result:
     """What a worker sends back for one task."""
@@ -89,9 +80,3 @@ class Result:
     """The sample whose loading raised (the task's index for a collate failure)."""
     empty: bool = False
     """Every sample of the batch was skipped: nothing to yield."""
-    setup: Any = None
-    """Thread workers' first task after ``start``: the attributes of the worker's dataset
-    copy after ``worker_init_fn``, so the loader can tell whether the copies differ."""
-    drew: bool = False
-    """Loading the task drew from the worker's random generators (thread workers share
-    batches only while no sample does)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import random
@@ -193,18 +192,6 @@ def outside_worker() -> Iterator[None]:
         _local.info = info
 
 
-@contextlib.contextmanager
-def as_worker(info: Any) -> Iterator[None]:
-    """Be worker ``info`` for a moment: a thread reading a sample of another worker's
-    batch (see ._claim_rows) shows the dataset that worker's id, seed and generators."""
-    mine = getattr(_local, "info", None)
-    _local.info = info
-    try:
-        yield
-    finally:
-        _local.info = mine
-
-
 def leave_worker() -> None:
     """Forget this thread's worker info (thread workers, when they stop)."""
     _local.info = None
@@ -230,33 +217,6 @@ def snapshot_rng(info: Any) -> list[Any]:
         [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
         base64.b64encode(torch_state.numpy().tobytes()).decode("ascii"),
     ]
-
-
-def rng_fingerprint(info: Any, *, exact: bool = False) -> tuple[Any, ...]:
-    """The worker's random state in a form cheap to compare (not to save): it changes
-    whenever the dataset draws from the worker's generators.
-
-    numpy's ``get_state()`` costs ~45 us (3 % of a decoded JPEG, per sample), so a legacy
-    RandomState's Mersenne Twister (``uint32 key[624]; int pos``) is read in place
-    instead.  A pending cached Gaussian can be used up without moving the twister: with
-    one pending (``numpy_gauss_pending``), pass ``exact`` for the whole state.
-    """
-    py, npr, tg = _generators(info)
-    torch_state = tg.get_rng_state() if hasattr(tg, "get_rng_state") else tg.get_state()
-    mark: Any = None
-    if not exact:
-        address = getattr(getattr(npr, "_bit_generator", None), "ctypes", None)
-        if address is not None:
-            mark = ctypes.string_at(address.state_address, 624 * 4 + 4)
-    if mark is None:
-        _, keys, pos, has_gauss, cached = npr.get_state()
-        mark = (keys.tobytes(), pos, has_gauss, cached)
-    return (py.getstate(), mark, torch_state.numpy().tobytes())
-
-
-def numpy_gauss_pending(info: Any) -> bool:
-    """Whether the worker's numpy generator holds a cached Gaussian (see rng_fingerprint)."""
-    return bool(_generators(info)[1].get_state()[3])
 
 
 def restore_rng(info: Any, snapshot: list[Any]) -> None:

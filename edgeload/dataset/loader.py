@@ -60,10 +60,6 @@ class DataLoader(TorchSurface, Generic[T_co]):
             seconds, 0 = none; ``pin_memory_device`` is deprecated there and ignored).
         num_workers: a count (0, the default as in torch, loads in the calling thread),
             or ``"auto"``: the plan's.
-        prefetch_factor: batches in flight per worker (default 2, as torch); once thread
-            workers share batches (a map-style dataset with the default collate, see
-            docs/architecture.md), the batches filling or ready beside the one the user
-            holds (default 1: two slots in all).
         pin_memory: True, False or ``"auto"`` (pin when the plan's memory mode is
             ``pinned``; on a device without CUDA that is never).
         worker_kind: ``"thread"``, ``"process"`` or ``"auto"`` (the plan's).

@@ -222,11 +222,11 @@ def _reads_settle(ds, timeout_s=10.0, quiet_s=0.5):
 
 
 @pytest.mark.parametrize(
-    ("prefetch_factor", "shared_slots"),
-    [(None, 2), (1, 2), (2, 3), (3, 4)],
+    ("prefetch_factor", "in_flight"),
+    [(None, 4), (1, 2), (2, 4), (3, 6)],
     ids=["default", "pf1", "pf2", "pf3"],
 )
-def test_thread_workers_sharing_batches_keep_prefetch_factor_slots(prefetch_factor, shared_slots):
+def test_thread_workers_keep_prefetch_factor_tasks_each_in_flight(prefetch_factor, in_flight):
     ds = RecordingImageDS()
     loader = DataLoader(
         ds, batch_size=4, num_workers=2, worker_kind="thread", prefetch_factor=prefetch_factor
@@ -235,17 +235,13 @@ def test_thread_workers_sharing_batches_keep_prefetch_factor_slots(prefetch_fact
         it = iter(loader)
         first = next(it)
         # Holding one batch and asking for no other, the workers read only the tasks
-        # handed out before it: one per worker while they may still share batches
-        # (those are fresh memory), the one the user holds among them.
-        assert _reads_settle(ds) == 4 * 2
+        # handed out before it: in_flight batches, the one the user holds among them.
+        assert _reads_settle(ds) == 4 * in_flight
         assert first[1].tolist() == [0, 1, 2, 3]
         labels = [first[1]] + [lab for _, lab in it]
         assert torch.cat(labels).tolist() == list(range(200))
-        # Then the workers share batches: slots for the batch the user holds and
-        # prefetch_factor (default 1) being filled or ready.
-        stats = loader.stats()
-        assert stats["slots"] == shared_slots
-        assert stats["batches_shared"] > 0
+        # One slot per task in flight, the batch the user holds and one being handed over.
+        assert loader.stats()["slots"] == in_flight + 2
 
 
 def test_process_workers_keep_two_tasks_each_in_flight_by_default():
@@ -260,20 +256,14 @@ def test_the_slots_fit_the_prefetch_budget_as_the_plan_counts_it():
     batch_bytes = 4 * 3 * 8 * 8 + 64 + 4 * 8  # images, alignment, labels
     budget = 3 * batch_bytes
     loader = DataLoader(
-        ImageDS(40),
-        batch_size=4,
-        num_workers=2,
-        worker_kind="thread",
-        prefetch_bytes=budget,
-        prefetch_factor=3,
+        ImageDS(40), batch_size=4, num_workers=2, worker_kind="thread", prefetch_bytes=budget
     )
     with loader:
         labels = [int(v) for _, lab in loader for v in lab]
         stats = loader.stats()
     assert labels == list(range(40))
-    # Six tasks may be in flight (four slots once workers share batches), but the
-    # budget buys three slots, as in the plan.
-    assert stats["slots"] == slot_count(6, stats["slot_bytes"], budget) == 3
+    # Four tasks may be in flight, but the budget buys three slots, as in the plan.
+    assert stats["slots"] == slot_count(4, stats["slot_bytes"], budget) == 3
     assert stats["slots"] * stats["slot_bytes"] <= budget
 
 

@@ -3,9 +3,8 @@
 ``python _interrupt_step.py KIND VIDEO`` builds a fresh loader per trial (``streams``:
 a StreamLoader over two looping copies of VIDEO; ``streams-waiting``: one copy replayed
 at its frame rate, so the consumer waits for each batch; ``thread`` / ``process``: the
-DataLoader with two such workers), takes three batches (six from a DataLoader, whose
-thread workers share batches by then), then raises KeyboardInterrupt at point k of
-the next ``next()`` (k = 1, 2, ... until the step has fewer points).
+DataLoader with two such workers), takes three batches, then raises KeyboardInterrupt
+at point k of the fourth ``next()`` (k = 1, 2, ... until the step has fewer points).
 A point is where CPython can run a signal handler in the main thread: a Python
 function's entry ("call") and the return from a call into C ("c_return"). The step
 assigns the new batch over the old one, so dropping the old batch is part of it, as
@@ -81,7 +80,7 @@ def trial(kind: str, video: str, k: int) -> tuple[str, float, str]:
     try:
         with loader if kind.startswith("streams") else contextlib.nullcontext():
             it = iter(loader)
-            for _ in range(3 if kind.startswith("streams") else 6):
+            for _ in range(3):
                 held["batch"] = next(it)
             sys.setprofile(hook)
             try:
