@@ -82,8 +82,10 @@ timed() {  # timed NAME CMD...: run CMD, log how long it took
 mount_root() {
     # / bound onto itself so that `unshare -m` (used by the shm tests' helpers) works inside
     mountpoint -q "$R" || mount --bind "$R" "$R"
-    mountpoint -q "$R/proc" || mount -t proc proc "$R/proc"
-    mountpoint -q "$R/sys" || mount -t sysfs -o ro sysfs "$R/sys"
+    # Test what is there, not `mountpoint`: a proc mounted on the root before the bind
+    # above still shows as a mount point, yet the bind hides it and /proc is empty inside.
+    [ -e "$R/proc/self/stat" ] || mount -t proc proc "$R/proc"
+    [ -e "$R/sys/kernel" ] || mount -t sysfs -o ro sysfs "$R/sys"
     mkdir -p "$R/dev/shm"
     mountpoint -q "$R/dev/shm" || mount -t tmpfs -o mode=1777,size=2g tmpfs "$R/dev/shm"
     # name resolution and the host's CA bundle (a proxy's CA reaches pip this way)
