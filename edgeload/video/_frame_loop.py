@@ -173,6 +173,7 @@ class FrameLoop:
     def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float) -> bool:
         """Give a converted frame, with its info, to the sink; False: the reader stops."""
         pts_ms = float(cap.get(self._pos_msec))
+        # "grab" is _captured's last case, answered here: one Python call less a frame.
         captured = now if self.age_from == "grab" else self._captured(now, pts_ms)
         self.last_frame_at = now
         self.frames += 1
