@@ -12,7 +12,12 @@ outside) is its own:
 - ``torch-0`` / ``torch-2``: ``torch.utils.data.DataLoader`` over an IterableDataset
   that decodes and resizes (files split over workers), batch_size=4.
 - ``ceiling``: each file decoded and resized in its own thread into a fixed buffer,
-  one cv2 thread, the better of 1 and FFmpeg's default decode threads, no hand-off.
+  one cv2 thread, no hand-off. It runs as two contenders, ``ceiling-ff1`` (one FFmpeg
+  thread per stream) and ``ceiling-ff0`` (FFmpeg's own count), each in its own process
+  and place in the rotation; the report's ``ceiling`` is the one with the better median
+  frames/s, so the ceiling keeps its best setting without the bias of taking the faster
+  of two noisy samples in every round (that per-round best is reported beside it, as
+  ``vs_ceiling_round_best_per_round``).
 
 Live latency: 4 x 640x360 files replayed at 30 fps, a consumer taking 100 ms per
 batch, ``--latency-seconds``: frame age p50/p99 for edgeload ``latest`` and for the
@@ -39,6 +44,9 @@ from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
 THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
+# The ceiling at each FFmpeg thread count it is tuned over (0: FFmpeg's own count);
+# ``--modes ceiling`` runs both.
+CEILINGS = ("ceiling-ff1", "ceiling-ff0")
 # The StreamLoader with N FFmpeg threads per stream instead of the plan's (0: FFmpeg's own)
 OVERRIDES = ("edgeload-ff1", "edgeload-ff2", "edgeload-ff0")
 LATENCY = ("latency-edgeload", "latency-fifo")
@@ -50,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared with ``scripts/bench.py video``)."""
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode (median)")
-    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + OVERRIDES + LATENCY,
+    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + CEILINGS + OVERRIDES + LATENCY,
                         default=list(THROUGHPUT + LATENCY))  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
@@ -222,13 +230,6 @@ def _torch(paths: list[str], workers: int) -> dict[str, Any]:
     return {"frames": frames, "seconds": time.monotonic() - start}
 
 
-def _ceiling(paths: list[str]) -> dict[str, Any]:
-    # Tuned: the better of one FFmpeg thread per stream and FFmpeg's own choice (on a
-    # box shared with other work, more threads can win a larger share of the CPU).
-    runs = [_ceiling_run(paths, n) for n in (1, 0)]
-    return max(runs, key=lambda r: r["frames"] / r["seconds"])
-
-
 def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
     import threading
 
@@ -282,8 +283,8 @@ def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
         return _threads(paths)
     if mode.startswith("torch-"):
         return _torch(paths, int(mode.split("-")[1]))
-    if mode == "ceiling":
-        return _ceiling(paths)
+    if mode in CEILINGS:
+        return _ceiling_run(paths, int(mode.partition("-ff")[2]))
     if mode == "latency-edgeload":
         return _edgeload(paths, latency)
     return _threads(paths, latency)
@@ -307,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
                               "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                               "versions": versions(), "modes": {}}  # fmt: skip
-    chosen = [m for m in args.modes if m in THROUGHPUT + OVERRIDES]
+    asked = [m for m in args.modes if m in THROUGHPUT + CEILINGS + OVERRIDES]
+    chosen = list(dict.fromkeys(c for m in asked for c in (CEILINGS if m == "ceiling" else (m,))))
 
     def run_one(mode: str, _round: int) -> dict[str, Any]:
         r = _run_child(mode, hd, 0.0)
@@ -333,9 +335,14 @@ def run(args: argparse.Namespace) -> int:
                 round(1000 * r["cpu_s"] / r["frames"], 3) for r in runs[mode]
             ],
         }
-        # FFmpeg threads per stream in each round (the ceiling's: which of its two won)
         report["modes"][mode]["ffmpeg_threads_runs"] = [r.get("ffmpeg_threads") for r in runs[mode]]
     modes = report["modes"]
+    settings = [m for m in CEILINGS if runs.get(m)]
+    if settings:
+        # The ceiling at its best setting by median frames/s, a choice made once per run.
+        best = max(settings, key=lambda m: modes[m]["fps"])
+        runs["ceiling"] = runs[best]
+        modes["ceiling"] = dict(modes[best], setting=best)
     if "ceiling" in modes:
         for m in modes.values():
             m["vs_ceiling"] = m["fps"] / modes["ceiling"]["fps"]
@@ -352,6 +359,14 @@ def run(args: argparse.Namespace) -> int:
                     (a["cpu_s"] / a["frames"]) / (b["cpu_s"] / b["frames"])
                     for a, b in zip(runs[ours], runs[peer])
                 )
+        if len(settings) > 1:
+            # Against the faster ceiling setting of each round (how this benchmark
+            # reported the ceiling before): the better of two noisy samples, biased high.
+            round_best = [max((runs[m][r] for m in settings), key=_fps)
+                          for r in range(min(len(runs[m]) for m in settings))]  # fmt: skip
+            modes[ours]["vs_ceiling_round_best_per_round"] = statistics.median(
+                _fps(a) / _fps(b) for a, b in zip(runs[ours], round_best)
+            )
     for mode in [m for m in args.modes if m in LATENCY]:
         r = _run_child(mode, small, args.latency_seconds)
         report["modes"][mode] = {
@@ -363,6 +378,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{mode:>17}: age p50 {m['age_p50_ms']:8.1f} ms  p99 {m['age_p99_ms']:8.1f} ms  "
               f"drops {m['drops']}  PSS {m['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
     return finish(report, args.out)
+
+
+def _fps(run: dict[str, Any]) -> float:
+    return float(run["frames"] / run["seconds"])
 
 
 def main(argv: list[str] | None = None) -> int:
