@@ -336,7 +336,26 @@ def run(args: argparse.Namespace) -> int:
             ],
         }
         report["modes"][mode]["ffmpeg_threads_runs"] = [r.get("ffmpeg_threads") for r in runs[mode]]
-    modes = report["modes"]
+    add_ratios(runs, report["modes"])
+    for mode in [m for m in args.modes if m in LATENCY]:
+        r = _run_child(mode, small, args.latency_seconds)
+        report["modes"][mode] = {
+            "age_p50_ms": percentile(r["ages"], 50), "age_p99_ms": percentile(r["ages"], 99),
+            "age_max_ms": max(r["ages"], default=float("nan")), "drops": r["drops"],
+            "frames": r["frames"], "peak_pss_mib": r["peak_pss_mib"],
+        }  # fmt: skip
+        m = report["modes"][mode]
+        print(f"{mode:>17}: age p50 {m['age_p50_ms']:8.1f} ms  p99 {m['age_p99_ms']:8.1f} ms  "
+              f"drops {m['drops']}  PSS {m['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
+    return finish(report, args.out)
+
+
+def add_ratios(runs: dict[str, list[dict[str, Any]]], modes: dict[str, dict[str, Any]]) -> None:
+    """Add the report's ``ceiling`` and each edgeload mode's ratios to its peers.
+
+    ``runs`` holds each mode's results in round order, ``modes`` each mode's medians
+    (``fps``); both gain ``ceiling``, the ceiling setting with the better median.
+    """
     settings = [m for m in CEILINGS if runs.get(m)]
     if settings:
         # The ceiling at its best setting by median frames/s, a choice made once per run.
@@ -367,17 +386,6 @@ def run(args: argparse.Namespace) -> int:
             modes[ours]["vs_ceiling_round_best_per_round"] = statistics.median(
                 _fps(a) / _fps(b) for a, b in zip(runs[ours], round_best)
             )
-    for mode in [m for m in args.modes if m in LATENCY]:
-        r = _run_child(mode, small, args.latency_seconds)
-        report["modes"][mode] = {
-            "age_p50_ms": percentile(r["ages"], 50), "age_p99_ms": percentile(r["ages"], 99),
-            "age_max_ms": max(r["ages"], default=float("nan")), "drops": r["drops"],
-            "frames": r["frames"], "peak_pss_mib": r["peak_pss_mib"],
-        }  # fmt: skip
-        m = report["modes"][mode]
-        print(f"{mode:>17}: age p50 {m['age_p50_ms']:8.1f} ms  p99 {m['age_p99_ms']:8.1f} ms  "
-              f"drops {m['drops']}  PSS {m['peak_pss_mib']:.0f} MiB", flush=True)  # fmt: skip
-    return finish(report, args.out)
 
 
 def _fps(run: dict[str, Any]) -> float:

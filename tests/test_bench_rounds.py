@@ -4,6 +4,10 @@ gaps measured), and the report records the order each round ran in."""
 
 from __future__ import annotations
 
+import statistics
+
+import pytest
+
 from benchmarks._common import interleave, rotated
 
 
@@ -41,3 +45,29 @@ def test_interleave_runs_in_the_rotated_order_and_reports_it():
     assert orders == [["a1", "b2"], ["b2", "a1"], ["a1", "b2"]]
     # Results stay in round order per contender, whatever position they ran in.
     assert runs == {("a", 1): ["a1@0", "a1@1", "a1@2"], ("b", 2): ["b2@0", "b2@2"]}
+
+
+def _run(fps: float, cpu_ms: float) -> dict[str, float]:
+    return {"frames": 960, "seconds": 960 / fps, "cpu_s": 960 * cpu_ms / 1000}
+
+
+def test_the_ceiling_is_its_better_setting_by_median_not_the_faster_sample_of_each_round():
+    from benchmarks.bench_video import add_ratios
+
+    # ff1 wins one round by a lot; ff0 has the better median.  Per round, the faster of
+    # the two is 300, 205, 210, 210: a ceiling no single setting reaches.
+    runs = {
+        "edgeload": [_run(200, 8.0), _run(200, 8.0), _run(200, 8.0), _run(200, 8.0)],
+        "ceiling-ff1": [_run(300, 7.0), _run(150, 7.0), _run(150, 7.0), _run(150, 7.0)],
+        "ceiling-ff0": [_run(205, 8.0), _run(205, 8.0), _run(210, 8.0), _run(210, 8.0)],
+    }
+    modes = {m: {"fps": statistics.median(r["frames"] / r["seconds"] for r in rs)}
+             for m, rs in runs.items()}  # fmt: skip
+    add_ratios(runs, modes)  # type: ignore[arg-type]
+    assert modes["ceiling"]["setting"] == "ceiling-ff0"
+    ours = modes["edgeload"]
+    assert ours["vs_ceiling_per_round"] == pytest.approx(statistics.median([200 / 205, 200 / 210]))
+    assert ours["cpu_vs_ceiling_per_round"] == pytest.approx(1.0)
+    assert ours["vs_ceiling_round_best_per_round"] == pytest.approx(statistics.median(
+        [200 / 300, 200 / 205, 200 / 210, 200 / 210]))  # fmt: skip
+    assert ours["vs_ceiling"] == pytest.approx(200 / 207.5)
