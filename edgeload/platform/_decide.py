@@ -19,15 +19,17 @@ from .profile import Profile
 # FFmpeg's H.264 decoder gains little beyond 4 threads at edge resolutions.
 MAX_FFMPEG_THREADS = 4
 # Files read for throughput: two frame threads let FFmpeg decode the next frame while
-# the stream's thread resizes this one (4 x 720p on 2 cores: +8% over one thread, +3%
-# over FFmpeg's own choice, measured with scripts/bench.py video). Live streams keep
-# one: each extra frame thread holds back one more frame (33 ms at 30 fps).
+# the stream's thread resizes this one, so a core is not left idle behind one stream.
+# Live streams keep one: each extra frame thread holds back one more frame (33 ms at
+# 30 fps).
 FILE_FFMPEG_THREADS = 2
 # ... while there are at most this many file streams per core.  Beyond it the streams'
-# own threads keep every core busy, so a second frame thread per stream buys no speed
-# and costs each stream ~1.5 MiB (one more decoder context and pooled frames) and three
-# OS threads (640x360 on 2 cores, 4-32 streams: docs/performance.md, "Scale").
-FILE_STREAMS_PER_CORE = 2
+# own threads keep every core busy, and a second frame thread per stream costs CPU and
+# memory for no speed: 4 x 720p on 2 cores with one thread ran 0.97x the frames/s of two
+# (interval 0.93-1.04) at 0.93x the CPU per frame (0.89-0.97) and 24 MiB less PSS, over
+# 20 rounds; 640x360 at 4-32 streams, ~1.5 MiB and three OS threads less per stream
+# (docs/performance.md, "4 x 720p: one FFmpeg thread" and "Scale").
+FILE_STREAMS_PER_CORE = 1
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
 
@@ -137,8 +139,8 @@ def choose_threads(
             )
         else:
             why += (
-                f"; files too, as over {FILE_STREAMS_PER_CORE} streams per core keep "
-                "every core busy: a second frame thread would add memory, not speed"
+                f"; files too, as more than {FILE_STREAMS_PER_CORE} stream(s) per core keep "
+                "every core busy: a second frame thread would add CPU and memory, not speed"
             )
     elif streams >= budget:
         why += "; one each, as every extra frame thread delays a live stream"

@@ -74,6 +74,7 @@ def test_stats_show_each_streams_threads_against_the_plan(clips):
         batches = sum(1 for _ in loader)
         streams = loader.stats()["streams"]
     assert batches == 30
-    assert planned >= 2, loader.plan.reasons["threads"]  # files get two or more
-    assert "opens with 1" in loader.plan.reasons["threads"]
+    if loader.plan.usable_cores >= 2:  # a file stream per core or fewer: two or more
+        assert planned >= 2, loader.plan.reasons["threads"]
+        assert "opens with 1" in loader.plan.reasons["threads"]
     assert [s["ffmpeg_threads"] for s in streams] == [1, planned]
