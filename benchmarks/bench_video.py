@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     runs, report["round_orders"] = interleave(chosen, args.repeats, run_one)
     report["load_avg_after"] = os.getloadavg()
     for mode in chosen:
-        fps = [r["frames"] / r["seconds"] for r in runs[mode]]
+        fps = [_fps(r) for r in runs[mode]]
         report["modes"][mode] = {
             "frames": runs[mode][0]["frames"],
             "fps": statistics.median(fps),
@@ -370,8 +370,7 @@ def add_ratios(runs: dict[str, list[dict[str, Any]]], modes: dict[str, dict[str,
             if peer in modes:
                 # Per round, then the median: a round's load hits both sides alike.
                 modes[ours][f"vs_{peer}_per_round"] = statistics.median(
-                    (a["frames"] / a["seconds"]) / (b["frames"] / b["seconds"])
-                    for a, b in zip(runs[ours], runs[peer])
+                    _fps(a) / _fps(b) for a, b in zip(runs[ours], runs[peer])
                 )
                 modes[ours][f"vs_{peer}"] = modes[ours]["fps"] / modes[peer]["fps"]
                 modes[ours][f"cpu_vs_{peer}_per_round"] = statistics.median(
