@@ -313,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
 
     def run_one(mode: str, _round: int) -> dict[str, Any]:
         r = _run_child(mode, hd, 0.0)
-        print(f"{mode:>10}: {r['frames'] / r['seconds']:7.1f} frames/s  peak PSS "
+        print(f"{mode:>10}: {_fps(r):7.1f} frames/s  peak PSS "
               f"{r['peak_pss_mib']:6.0f} MiB  CPU {1000 * r['cpu_s'] / r['frames']:5.2f} "
               "ms/frame", flush=True)  # fmt: skip
         return r
@@ -365,6 +365,12 @@ def add_ratios(runs: dict[str, list[dict[str, Any]]], modes: dict[str, dict[str,
     if "ceiling" in modes:
         for m in modes.values():
             m["vs_ceiling"] = m["fps"] / modes["ceiling"]["fps"]
+    # The faster ceiling setting of each round (how this benchmark reported the ceiling
+    # before): the better of two noisy samples, biased high; reported beside it.
+    round_best: list[dict[str, Any]] = []
+    if len(settings) > 1:
+        rounds = min(len(runs[m]) for m in settings)
+        round_best = [max((runs[m][r] for m in settings), key=_fps) for r in range(rounds)]
     for ours in [m for m in modes if m.startswith("edgeload")]:
         for peer in ("threads", "plain", "torch-0", "torch-2", "ceiling"):
             if peer in modes:
@@ -377,11 +383,7 @@ def add_ratios(runs: dict[str, list[dict[str, Any]]], modes: dict[str, dict[str,
                     (a["cpu_s"] / a["frames"]) / (b["cpu_s"] / b["frames"])
                     for a, b in zip(runs[ours], runs[peer])
                 )
-        if len(settings) > 1:
-            # Against the faster ceiling setting of each round (how this benchmark
-            # reported the ceiling before): the better of two noisy samples, biased high.
-            round_best = [max((runs[m][r] for m in settings), key=_fps)
-                          for r in range(min(len(runs[m]) for m in settings))]  # fmt: skip
+        if round_best:
             modes[ours]["vs_ceiling_round_best_per_round"] = statistics.median(
                 _fps(a) / _fps(b) for a, b in zip(runs[ours], round_best)
             )
