@@ -128,7 +128,10 @@ class PoolExecutor:
         return slot.ref if self.kind == "process" else slot.array
 
     def submit(self, worker: int, task: Task) -> None:
-        index = self._pool.submit((self._starts.pop(worker, None), task), worker=worker)
+        try:
+            index = self._pool.submit((self._starts.pop(worker, None), task), worker=worker)
+        except WorkerError as exc:  # the worker died between tasks: as get() says it
+            raise self._translate(exc) from exc.__cause__
         self._samples[index] = task.index  # named if this task times out
 
     def get(self, *, timeout_s: float | None) -> Result:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -155,6 +156,43 @@ def test_a_dead_worker_is_a_runtime_error_naming_its_pid_as_with_torch(tmp_path)
         assert re.match(r"RuntimeError: DataLoader worker \(pid(\(s\))? \d+\)", run.stdout), (
             run.stdout + run.stderr
         )
+
+
+class Counts(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        return i
+
+
+def _exited(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_killed_between_tasks_is_the_same_runtime_error():
+    # Killed while idle, the death shows when the next task is sent, not in a result:
+    # that path must say what torch says too (it raised edgeload's own WorkerError).
+    it = iter(DataLoader(Counts(), batch_size=None, num_workers=1, worker_kind="process",
+                         prefetch_factor=1))  # fmt: skip
+    assert next(it) == 0
+    pid = it._workers[0].pid
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not _exited(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _exited(pid)
+    with pytest.raises(
+        RuntimeError, match=rf"DataLoader worker \(pid {pid}\) is killed by signal: Killed"
+    ):
+        for _ in range(100):
+            next(it)
+    del it
+    gc.collect()
 
 
 class Slow(Dataset):
