@@ -5,7 +5,14 @@ with ffmpeg/libx264 into ``--cache``) -> 640x640 batches of 4, read to the end. 
 mode runs in its own fresh process, so the peak PSS of its process tree (sampled from
 outside) is its own:
 
-- ``edgeload``: ``StreamLoader(files, size=(640, 640), batch=4)``, the plan's threads.
+- ``edgeload``: ``StreamLoader(files, size=(640, 640), batch=4)``, the plan's threads.  A
+  fixed batch gives its places to the first ``every`` frames to come, so each file runs
+  at its own pace: with clips of unequal decode cost the cheap ones end first and the
+  costliest decodes alone at the end (``stream_end_spread_s_runs``: seconds from the
+  first stream's end to the last's; the ceiling's threads have the same tail).
+- ``edgeload-per-stream``: ``StreamLoader(files, size=(640, 640))``, what a user who names
+  no batch size gets: one place per stream (4 files: batches of 4), so the streams
+  advance together and end together.
 - ``plain``: one loop, ``cap.read()`` from each file in turn, resize, ``np.stack``.
 - ``threads``: one reader thread per file that reads and resizes, feeding a
   ``queue.Queue(8)``; the main thread stacks (the recipe people write by hand).
@@ -43,7 +50,15 @@ from benchmarks._common import cpu_s, finish, interleave, plan_ffmpeg_threads, r
 from benchmarks._common import main as bench_main
 from edgeload._compat import zip_strict
 
-THROUGHPUT = ("edgeload", "plain", "threads", "torch-0", "torch-2", "ceiling")
+THROUGHPUT = (
+    "edgeload",
+    "edgeload-per-stream",
+    "plain",
+    "threads",
+    "torch-0",
+    "torch-2",
+    "ceiling",
+)
 # The ceiling at each FFmpeg thread count it is tuned over (0: FFmpeg's own count);
 # ``--modes ceiling`` runs both.
 CEILINGS = ("ceiling-ff1", "ceiling-ff0")
@@ -95,22 +110,30 @@ def make_clips(
 
 
 def _edgeload(
-    paths: list[str], latency: float = 0.0, ffmpeg_threads: int | None = None
+    paths: list[str],
+    latency: float = 0.0,
+    ffmpeg_threads: int | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     from edgeload.video import StreamLoader, VideoSource
 
     live = latency > 0
     sources = [VideoSource(p, realtime=live, loop=live) for p in paths]
     frames, ages, start, cpu0 = 0, [], time.monotonic(), cpu_s()
+    ended = [0.0] * len(paths)  # when each stream's last frame reached the consumer
     override = plan_ffmpeg_threads(ffmpeg_threads) if ffmpeg_threads is not None else None
     with override or contextlib.nullcontext():
-        loader = StreamLoader(sources, size=OUT, batch=4)
+        loader = StreamLoader(sources, size=OUT, batch=batch_size)
     with loader:
         for batch in loader:
             # Counted from the metadata in C calls, as the ceiling counts in Python: a
             # torch reduction per batch is the benchmark's CPU, not the loader's (and
             # ``meta.count(None)`` calls FrameMeta's Python ``__eq__`` per frame).
-            frames += len(list(filter(None, batch.meta)))
+            metas = list(filter(None, batch.meta))
+            frames += len(metas)
+            now = time.monotonic() - start
+            for meta in metas:
+                ended[meta.stream_id] = now
             if live:
                 time.sleep(0.1)  # the model
                 if time.monotonic() - start > 2:  # after warm-up
@@ -122,7 +145,7 @@ def _edgeload(
         seconds, cpu = time.monotonic() - start, cpu_s() - cpu0
         drops = loader.stats()["drops"]
     return {"frames": frames, "seconds": seconds, "ages": ages, "drops": drops, "cpu_s": cpu,
-            "ffmpeg_threads": loader.plan.threads.ffmpeg}  # fmt: skip
+            "ffmpeg_threads": loader.plan.threads.ffmpeg, "stream_end_s": ended}  # fmt: skip
 
 
 def _plain(paths: list[str]) -> dict[str, Any]:
@@ -238,6 +261,7 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
 
     cv2.setNumThreads(1)
     counts = [0] * len(paths)
+    ended = [0.0] * len(paths)
 
     def run(i: int, path: str) -> None:
         params = [cv2.CAP_PROP_N_THREADS, ffmpeg_threads]
@@ -248,6 +272,7 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
             cv2.resize(buf, OUT, dst=out)
             counts[i] += 1
             ok, _ = cap.read(image=buf)
+        ended[i] = time.monotonic() - start
 
     start, cpu = time.monotonic(), cpu_s(children=True)
     threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(paths)]
@@ -255,7 +280,7 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join(_TIMEOUT_S)
-    return {"frames": sum(counts), "seconds": time.monotonic() - start,
+    return {"frames": sum(counts), "seconds": time.monotonic() - start, "stream_end_s": ended,
             "ffmpeg_threads": ffmpeg_threads, "cpu_s": cpu_s(children=True) - cpu}  # fmt: skip
 
 
@@ -274,9 +299,11 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
     if mode == "edgeload":
+        return _edgeload(paths, batch_size=4)
+    if mode == "edgeload-per-stream":
         return _edgeload(paths)
     if mode in OVERRIDES:
-        return _edgeload(paths, ffmpeg_threads=int(mode.partition("-ff")[2]))
+        return _edgeload(paths, ffmpeg_threads=int(mode.partition("-ff")[2]), batch_size=4)
     if mode == "plain":
         return _plain(paths)
     if mode == "threads":
@@ -286,7 +313,7 @@ def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
     if mode in CEILINGS:
         return _ceiling_run(paths, int(mode.partition("-ff")[2]))
     if mode == "latency-edgeload":
-        return _edgeload(paths, latency)
+        return _edgeload(paths, latency, batch_size=4)
     return _threads(paths, latency)
 
 
@@ -336,6 +363,12 @@ def run(args: argparse.Namespace) -> int:
             ],
         }
         report["modes"][mode]["ffmpeg_threads_runs"] = [r.get("ffmpeg_threads") for r in runs[mode]]
+        if all("stream_end_s" in r for r in runs[mode]):
+            # Seconds from the first stream's end to the last's: how long fewer streams
+            # than at the start were left to decode (the tail of unequal clips).
+            report["modes"][mode]["stream_end_spread_s_runs"] = [
+                round(max(r["stream_end_s"]) - min(r["stream_end_s"]), 2) for r in runs[mode]
+            ]
     add_ratios(runs, report["modes"])
     for mode in [m for m in args.modes if m in LATENCY]:
         r = _run_child(mode, small, args.latency_seconds)

@@ -33,7 +33,9 @@ class StreamLoader:
     Args:
         sources: paths, URLs, camera indices, pipelines or :class:`VideoSource`.
         size: output ``(width, height)`` of every frame, whatever the input size.
-        batch: places per batch; None: one per stream.
+        batch: places per batch, ``every`` frames taking the first free one (each file
+            runs at its own pace); None: one place per stream in every batch, so
+            ``every`` streams advance, and files end, together.
         policy: ``latest`` or ``every`` for every source; None: each source's default
             (``latest`` for live inputs, ``every`` for files).
         deadline_ms: ship a partial batch this long after its first frame; None:
