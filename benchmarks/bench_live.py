@@ -18,6 +18,8 @@ Contenders, each in a fresh process (peak PSS of its tree sampled from outside):
 - ``vidgear``: one ``vidgear.gears.CamGear(url).start()`` per camera, ``read()`` each,
   with its defaults (threaded queue mode: a FIFO of up to 96 frames per camera) and a
   30 s read timeout.
+- ``vidgear-latest``: the same with ``THREADED_QUEUE_MODE=False``, CamGear's option for
+  reading the newest frame instead of the queue: its setting for a live camera.
 
 torch's DataLoader has no live-camera mode; it is measured on files (``bench_video``).
 Consumers: ``--consumer-ms`` (80 and 10): the model's time per batch, a sleep.
@@ -45,7 +47,9 @@ from benchmarks import _common
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMERA = ROOT / "tests" / "clock_camera.py"
-CONTENDERS = ("edgeload", "opencv", "ultralytics", "vidgear")
+CONTENDERS = ("edgeload", "opencv", "ultralytics", "vidgear", "vidgear-latest")
+# The peer package a contender needs, where its name is not the package's
+_PACKAGES = {"vidgear-latest": "vidgear"}
 OUT = (640, 640)
 _TIMEOUT_S = 120  # one contender's run; a hung one is reported and the rest go on
 _FIRST_FRAME_S = 30.0
@@ -159,12 +163,15 @@ def _ultralytics(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], 
     return take, streams.close
 
 
-def _vidgear(urls: list[str]) -> tuple[Callable[[], list[tuple[int, Any]]], Callable[[], None]]:
+def _vidgear(
+    urls: list[str], queue_mode: bool = True
+) -> tuple[Callable[[], list[tuple[int, Any]]], Callable[[], None]]:
     import cv2
     from vidgear.gears import CamGear
 
     # Its defaults, but a read that waits forever would hang the benchmark.
-    gears = [CamGear(source=u, logging=False, THREAD_TIMEOUT=_FIRST_FRAME_S).start() for u in urls]
+    options = {"THREAD_TIMEOUT": _FIRST_FRAME_S, "THREADED_QUEUE_MODE": queue_mode}
+    gears = [CamGear(source=u, logging=False, **options).start() for u in urls]
 
     def take() -> list[tuple[int, Any]]:
         frames = [(i, g.read()) for i, g in enumerate(gears)]
@@ -192,7 +199,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     import torch  # noqa: F401
 
     start = {"edgeload": _edgeload, "opencv": _opencv, "ultralytics": _ultralytics,
-             "vidgear": _vidgear}[name]  # fmt: skip
+             "vidgear": _vidgear,
+             "vidgear-latest": lambda urls: _vidgear(urls, queue_mode=False)}[name]  # fmt: skip
     take, close = start(urls)
     ages: list[float] = []
     unique: list[set[int]] = [set() for _ in urls]
@@ -263,7 +271,10 @@ def run(args: argparse.Namespace) -> int:
     from benchmarks import peers
     from edgeload.measure import percentile
 
-    site, versions = peers.ensure(args.cache, [c for c in args.contenders if c in peers.PEERS])
+    package = {c: _PACKAGES.get(c, c) for c in args.contenders}
+    wanted = [p for p in dict.fromkeys(package.values()) if p in peers.PEERS]
+    site, installed = peers.ensure(args.cache, wanted)
+    versions = {c: installed[package[c]] for c in args.contenders if package[c] in installed}
     report: dict[str, Any] = {
         "workload": f"{args.cameras} x {args.size}@30 loopback RTSP (x264 ultrafast), "
         f"consumer resizes to {OUT[0]}x{OUT[1]}; {args.seconds:g} s measured after "
