@@ -25,6 +25,10 @@ outside) is its own:
   frames/s, so the ceiling keeps its best setting without the bias of taking the faster
   of two noisy samples in every round (that per-round best is reported beside it, as
   ``vs_ceiling_round_best_per_round``).
+- ``ceiling-slots`` (not run by default): the ceiling with one FFmpeg thread, writing
+  each frame into the next of 10 batch slots of 4 places (the plan's count here) instead
+  of one buffer that stays in cache: what writing batches into distinct memory, as any
+  loader that hands them out must, costs by itself.  Not a choice for ``ceiling``.
 
 Live latency: 4 x 640x360 files replayed at 30 fps, a consumer taking 100 ms per
 batch, ``--latency-seconds``: frame age p50/p99 for edgeload ``latest`` and for the
@@ -62,6 +66,9 @@ THROUGHPUT = (
 # The ceiling at each FFmpeg thread count it is tuned over (0: FFmpeg's own count);
 # ``--modes ceiling`` runs both.
 CEILINGS = ("ceiling-ff1", "ceiling-ff0")
+# The ceiling writing into rotating batch slots; measured beside the ceiling, never it
+SLOTTED_CEILING = "ceiling-slots"
+_CEILING_SLOTS = 10
 # The StreamLoader with N FFmpeg threads per stream instead of the plan's (0: FFmpeg's own)
 OVERRIDES = ("edgeload-ff1", "edgeload-ff2", "edgeload-ff0")
 LATENCY = ("latency-edgeload", "latency-fifo")
@@ -73,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared with ``scripts/bench.py video``)."""
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode (median)")
-    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + CEILINGS + OVERRIDES + LATENCY,
+    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + CEILINGS + (SLOTTED_CEILING,) + OVERRIDES + LATENCY,
                         default=list(THROUGHPUT + LATENCY))  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
@@ -253,7 +260,7 @@ def _torch(paths: list[str], workers: int) -> dict[str, Any]:
     return {"frames": frames, "seconds": time.monotonic() - start}
 
 
-def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
+def _ceiling_run(paths: list[str], ffmpeg_threads: int, slots: int = 0) -> dict[str, Any]:
     import threading
 
     import cv2
@@ -262,6 +269,8 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
     cv2.setNumThreads(1)
     counts = [0] * len(paths)
     ended = [0.0] * len(paths)
+    # Uninitialised, as a loader's slot memory is: first touched by the run's writes
+    batches = np.empty((slots, len(paths), OUT[1], OUT[0], 3), np.uint8) if slots else None
 
     def run(i: int, path: str) -> None:
         params = [cv2.CAP_PROP_N_THREADS, ffmpeg_threads]
@@ -269,7 +278,7 @@ def _ceiling_run(paths: list[str], ffmpeg_threads: int) -> dict[str, Any]:
         ok, buf = cap.read()
         out = np.empty((OUT[1], OUT[0], 3), np.uint8)
         while ok:
-            cv2.resize(buf, OUT, dst=out)
+            cv2.resize(buf, OUT, dst=out if batches is None else batches[counts[i] % slots, i])
             counts[i] += 1
             ok, _ = cap.read(image=buf)
         ended[i] = time.monotonic() - start
@@ -312,6 +321,8 @@ def _child_mode(mode: str, paths: list[str], latency: float) -> dict[str, Any]:
         return _torch(paths, int(mode.split("-")[1]))
     if mode in CEILINGS:
         return _ceiling_run(paths, int(mode.partition("-ff")[2]))
+    if mode == SLOTTED_CEILING:
+        return _ceiling_run(paths, 1, slots=_CEILING_SLOTS)
     if mode == "latency-edgeload":
         return _edgeload(paths, latency, batch_size=4)
     return _threads(paths, latency)
@@ -335,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
                               "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                               "versions": versions(), "modes": {}}  # fmt: skip
-    asked = [m for m in args.modes if m in THROUGHPUT + CEILINGS + OVERRIDES]
+    asked = [m for m in args.modes if m in THROUGHPUT + CEILINGS + (SLOTTED_CEILING,) + OVERRIDES]
     chosen = list(dict.fromkeys(c for m in asked for c in (CEILINGS if m == "ceiling" else (m,))))
 
     def run_one(mode: str, _round: int) -> dict[str, Any]:
@@ -405,7 +416,7 @@ def add_ratios(runs: dict[str, list[dict[str, Any]]], modes: dict[str, dict[str,
         rounds = min(len(runs[m]) for m in settings)
         round_best = [max((runs[m][r] for m in settings), key=_fps) for r in range(rounds)]
     for ours in [m for m in modes if m.startswith("edgeload")]:
-        for peer in ("threads", "plain", "torch-0", "torch-2", "ceiling"):
+        for peer in ("threads", "plain", "torch-0", "torch-2", "ceiling", SLOTTED_CEILING):
             if peer in modes:
                 # Per round, then the median: a round's load hits both sides alike.
                 modes[ours][f"vs_{peer}_per_round"] = statistics.median(

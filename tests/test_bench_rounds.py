@@ -71,3 +71,20 @@ def test_the_ceiling_is_its_better_setting_by_median_not_the_faster_sample_of_ea
     assert ours["vs_ceiling_round_best_per_round"] == pytest.approx(statistics.median(
         [200 / 300, 200 / 205, 200 / 210, 200 / 210]))  # fmt: skip
     assert ours["vs_ceiling"] == pytest.approx(200 / 207.5)
+
+
+def test_the_slotted_ceiling_is_measured_beside_the_ceiling_and_never_taken_for_it():
+    from benchmarks.bench_video import SLOTTED_CEILING, add_ratios
+
+    runs = {
+        "edgeload": [_run(200, 8.0), _run(200, 8.0)],
+        "ceiling-ff1": [_run(210, 7.0), _run(210, 7.0)],
+        SLOTTED_CEILING: [_run(250, 8.0), _run(250, 8.0)],  # faster: still not the ceiling
+    }
+    modes = {m: {"fps": statistics.median(r["frames"] / r["seconds"] for r in rs)}
+             for m, rs in runs.items()}  # fmt: skip
+    add_ratios(runs, modes)  # type: ignore[arg-type]
+    assert modes["ceiling"]["setting"] == "ceiling-ff1"
+    ours = modes["edgeload"]
+    assert ours["vs_ceiling-slots_per_round"] == pytest.approx(200 / 250)
+    assert ours["cpu_vs_ceiling-slots_per_round"] == pytest.approx(1.0)
