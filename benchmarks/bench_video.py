@@ -72,6 +72,8 @@ _CEILING_SLOTS = 10
 # The StreamLoader with N FFmpeg threads per stream instead of the plan's (0: FFmpeg's own)
 OVERRIDES = ("edgeload-ff1", "edgeload-ff2", "edgeload-ff0")
 LATENCY = ("latency-edgeload", "latency-fifo")
+# Every mode that runs the clips to the end, interleaved in rounds
+ROUND_MODES = THROUGHPUT + CEILINGS + (SLOTTED_CEILING,) + OVERRIDES
 OUT = (640, 640)
 _TIMEOUT_S = 600
 
@@ -80,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options (shared with ``scripts/bench.py video``)."""
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each clip")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode (median)")
-    parser.add_argument("--modes", nargs="+", choices=THROUGHPUT + CEILINGS + (SLOTTED_CEILING,) + OVERRIDES + LATENCY,
+    parser.add_argument("--modes", nargs="+", choices=ROUND_MODES + LATENCY,
                         default=list(THROUGHPUT + LATENCY))  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/edgeload/bench")
@@ -346,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"workload": f"4 x 1280x720 H.264, {args.seconds:g} s at 30 fps "
                               "-> 640x640 batches of 4", "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
                               "versions": versions(), "modes": {}}  # fmt: skip
-    asked = [m for m in args.modes if m in THROUGHPUT + CEILINGS + (SLOTTED_CEILING,) + OVERRIDES]
+    asked = [m for m in args.modes if m in ROUND_MODES]
     chosen = list(dict.fromkeys(c for m in asked for c in (CEILINGS if m == "ceiling" else (m,))))
 
     def run_one(mode: str, _round: int) -> dict[str, Any]:
