@@ -97,6 +97,9 @@ def test_stream_reconnects_after_server_restart_and_others_never_stop(server, tm
                 elif phase == "restarted":
                     cam_after += 1
             if phase == "before" and cam_before >= 15:
+                # On a loaded box the first connection can open before the camera sends,
+                # time out and reopen: that reconnect is not the restart's.
+                reconnects_before = loader.stats()["streams"][0]["reconnects"]
                 server.stop()
                 phase, stopped_at = "down", now
             elif phase == "down" and now - stopped_at > 1.5:
@@ -110,7 +113,7 @@ def test_stream_reconnects_after_server_restart_and_others_never_stop(server, tm
     assert stats_down["state"] == "reconnecting"
     assert stats_down["last_error"]
     cam_stats, file_stats = stats["streams"]
-    assert cam_stats["reconnects"] == 1 and cam_stats["state"] == "streaming"
+    assert cam_stats["reconnects"] == reconnects_before + 1 and cam_stats["state"] == "streaming"
     assert file_stats["reconnects"] == 0
     # 33 ms expected at 30 fps; a stall behind the camera would last its reconnect (> 1.5 s)
     assert max(np.diff(file_times)) < 1.0
@@ -203,19 +206,28 @@ def test_first_frames_after_a_restart_are_live_not_the_reopen_backlog(camera):
     src = VideoSource(url, open_timeout_s=5, read_timeout_s=1, backoff_s=(0.2, 0.5))
     restarted = threading.Event()
     fresh: list[tuple[float, float]] = []  # (true age, reported age) after the restart
-    with StreamLoader([src], size=(160, 160)) as loader:
+    give_up_at, reconnects_before = float("inf"), 0
+    with StreamLoader([src], size=(160, 160), timeout_s=20) as loader:
         for i, batch in enumerate(loader):
             if i == 10:
+                # Counted here, not assumed 0: on a loaded box the first connection can
+                # open before the camera sends and time out, and its reopen counts too.
+                reconnects_before = loader.stats()["streams"][0]["reconnects"]
                 camera.stop()
                 threading.Timer(1.0, lambda: (camera.start(), restarted.set())).start()
+                give_up_at = time.monotonic() + 30  # the restart takes 1-3 s
             stream = loader.stats()["streams"][0]
-            if restarted.is_set() and stream["reconnects"] == 1 and batch.valid[0]:
+            reopened = stream["reconnects"] > reconnects_before
+            if restarted.is_set() and reopened and batch.valid[0]:
                 true = clock_camera.age_ms(batch.frames.numpy()[0])
                 assert true is not None, "the capture time drawn in the frame did not read back"
                 fresh.append((true, batch.meta[0].age_ms))
                 if len(fresh) == 5:
                     break
+            if time.monotonic() > give_up_at:
+                break
         stream = loader.stats()["streams"][0]
+    assert len(fresh) == 5, f"{len(fresh)} frames in the 30 s after the restart; {stream}"
     # An FFmpeg reopen buffers about 1 s of frames while it probes; those are dropped
     # unconverted, so what ships after a restart is live (tens of ms on loopback).
     assert max(true for true, _ in fresh) < 500, fresh
