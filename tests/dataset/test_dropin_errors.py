@@ -158,14 +158,6 @@ def test_a_dead_worker_is_a_runtime_error_naming_its_pid_as_with_torch(tmp_path)
         )
 
 
-class Counts(Dataset):
-    def __len__(self):
-        return 100
-
-    def __getitem__(self, i):
-        return i
-
-
 def _exited(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -177,7 +169,7 @@ def _exited(pid: int) -> bool:
 def test_a_worker_killed_between_tasks_is_the_same_runtime_error():
     # Killed while idle, the death shows when the next task is sent, not in a result:
     # that path must say what torch says too (it raised edgeload's own WorkerError).
-    it = iter(DataLoader(Counts(), batch_size=None, num_workers=1, worker_kind="process",
+    it = iter(DataLoader(Plain(100), batch_size=None, num_workers=1, worker_kind="process",
                          prefetch_factor=1))  # fmt: skip
     assert next(it) == 0
     pid = it._workers[0].pid
@@ -241,8 +233,11 @@ def test_nested_tensors_reach_default_collate_as_with_torch(mode):
 
 
 class Plain(Dataset):
+    def __init__(self, n=6):
+        self.n = n
+
     def __len__(self):
-        return 6
+        return self.n
 
     def __getitem__(self, i):
         return i
