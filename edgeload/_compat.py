@@ -1,9 +1,11 @@
-"""Standard-library features newer than Python 3.8, written once for the oldest supported board.
+"""Python and torch features newer than the oldest supported board, written once.
 
 JetPack 5 ships Python 3.8 and JetPack 6 ships 3.10, so edgeload cannot use what 3.9 and
 3.10 added (``zip(strict=)``, one-argument ``traceback.format_exception``,
-``Path.is_relative_to``, ``importlib.resources.files``). Each helper here behaves like the
-newer call on every version. ``scripts/check_py38.py`` keeps the newer calls out of the package.
+``Path.is_relative_to``, ``importlib.resources.files``). JetPack 5.0's torch is 1.11 or
+1.12, which lack ``Tensor.nbytes`` (torch 1.13). Each helper here behaves like the
+newer call on every version. ``scripts/check_py38.py`` keeps the newer Python calls out of
+the package; ``scripts/test-jetpack5.sh`` runs the suite on Python 3.8 with torch 1.12.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from importlib import resources
 from pathlib import Path, PurePath
 from typing import Any
 
-__all__ = ["format_exception", "is_relative_to", "package_dir", "zip_strict"]
+__all__ = ["format_exception", "is_relative_to", "package_dir", "tensor_nbytes", "zip_strict"]
 
 _MISSING = object()
 
@@ -62,3 +64,8 @@ def package_dir(package: str) -> Any:
         return files(package)
     module = importlib.import_module(package)
     return Path(module.__file__ or ".").resolve().parent
+
+
+def tensor_nbytes(tensor: Any) -> int:
+    """``tensor.nbytes`` for a torch tensor (the attribute arrived in torch 1.13)."""
+    return int(tensor.element_size()) * int(tensor.numel())

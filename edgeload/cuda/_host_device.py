@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import tensor_nbytes
 from .._deps import require_torch
 from ._host_streams import HostStream
 from ._owner import SlotMemory, address_of, find_owner
@@ -101,8 +102,9 @@ class HostDevice:
         torch = require_torch()
         self.copies.add("pin")
         source = tensor.contiguous()
-        owner = engine.allocate_slot_memory("pinned", max(1, source.nbytes))
-        flat = torch.from_numpy(np.asarray(owner)[: source.nbytes])
+        nbytes = tensor_nbytes(source)
+        owner = engine.allocate_slot_memory("pinned", max(1, nbytes))
+        flat = torch.from_numpy(np.asarray(owner)[:nbytes])
         pinned = flat.view(source.dtype).reshape(source.shape)
         pinned.copy_(source)
         return pinned
@@ -123,11 +125,12 @@ class HostDevice:
         source = tensor.contiguous()
         target = torch.empty_like(source)
         self.mark(target)
-        out = target.view(torch.uint8).numpy().reshape(-1) if source.nbytes else None
+        nbytes = tensor_nbytes(source)
+        out = target.view(torch.uint8).numpy().reshape(-1) if nbytes else None
         owner = find_owner(source)
         if owner is not None and async_:
             self.copies.add("h2d_async")
-            address, nbytes = address_of(source), source.nbytes
+            address = address_of(source)
             expected = zlib.crc32(_window(address, nbytes).tobytes())
 
             # The queued copy keeps the allocation mapped (``keep``), not the slot's lease.
@@ -143,7 +146,7 @@ class HostDevice:
             stream.submit(delay_s, copy)
         else:
             self.copies.add("h2d_pageable")
-            staged = source.view(torch.uint8).numpy().reshape(-1).copy() if source.nbytes else None
+            staged = source.view(torch.uint8).numpy().reshape(-1).copy() if nbytes else None
 
             def land() -> None:
                 if out is not None and staged is not None:
@@ -159,7 +162,7 @@ class HostDevice:
         torch = require_torch()
         out = torch.empty_like(tensor)
         owner = find_owner(tensor)
-        address, nbytes = address_of(tensor), int(tensor.nbytes)
+        address, nbytes = address_of(tensor), tensor_nbytes(tensor)
         flat = out.view(torch.uint8).numpy().reshape(-1) if nbytes else None
         keep: Any = owner if owner is not None else tensor
 

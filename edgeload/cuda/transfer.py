@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compat import tensor_nbytes
 from .._deps import require_torch
 from ..errors import PlatformError
 from .engine import default_engine
@@ -112,6 +113,7 @@ class DeviceCopier:
         """
         torch = require_torch()
         source = torch.from_numpy(view) if isinstance(view, np.ndarray) else view
+        nbytes = tensor_nbytes(source)
         engine = self.engine
         with engine.use_stream(self._stream):
             target = engine.to_device(source, self.device, non_blocking=True)
@@ -121,8 +123,8 @@ class DeviceCopier:
             record_gpu_use(view, stream=self._stream)
         with self._lock:
             self.copies += 1
-            self.bytes_copied += int(source.nbytes)
-        return Transfer(target, event=event, nbytes=int(source.nbytes), engine=engine)
+            self.bytes_copied += nbytes
+        return Transfer(target, event=event, nbytes=nbytes, engine=engine)
 
     def to_device(self, view: Any, *, hold: bool = True) -> Transfer:
         """Bring a slot view to the GPU the way its memory mode allows.

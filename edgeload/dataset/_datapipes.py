@@ -49,8 +49,13 @@ def reseed(dataset: Any, seed: int) -> None:
     torch = require_torch()
     from torch.utils.data import graph_settings
 
-    apply = getattr(graph_settings, "apply_random_seed", None)
-    if apply is None:  # torch < 1.13 seeds shuffles from the global generator
+    # torch 1.13+ names it apply_random_seed; torch 1.12 has apply_shuffle_seed (the same
+    # seed for every shuffle step, drawn from the generator); torch 1.11 has neither and
+    # seeds shuffles from the global generator
+    apply = getattr(graph_settings, "apply_random_seed", None) or getattr(
+        graph_settings, "apply_shuffle_seed", None
+    )
+    if apply is None:
         return
     gen = torch.Generator()
     gen.manual_seed(seed)

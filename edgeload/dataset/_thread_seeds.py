@@ -12,8 +12,8 @@ workers, these calls are redirected when made from one of its threads: to the wo
 
 Everywhere else (the main thread, process workers, other threads) they behave as
 before.  Draws that use the global generators (``torch.rand()`` without
-``generator=``) still share them; use ``torch.random.thread_safe_generator()`` or
-``get_worker_info().rng`` for per-worker draws.
+``generator=``) still share them; use ``get_worker_info().rng`` (or, on a torch that has
+it, ``torch.random.thread_safe_generator()``) for per-worker draws.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from _media import clip, media_dir
 from test_lease_on_engine import _BATCH, Samples
 
 from edgeload import DataLoader
+from edgeload._compat import tensor_nbytes
 from edgeload.cuda._owner import find_owner
 from edgeload.cuda.host_engine import HostEngine
 from edgeload.cuda.zero_copy import as_cuda_tensor
@@ -38,7 +39,7 @@ def _per_batch(engine, step, batches):
 
 def _in_slot(batch):
     owner = find_owner(batch)  # a slot pool's allocation is larger than one batch
-    return owner is not None and owner.nbytes > batch.nbytes
+    return owner is not None and owner.nbytes > tensor_nbytes(batch)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,11 @@ class Seeds(Dataset):
 
 
 def _reseeded():
-    return torch.random.thread_safe_generator()
+    safe = getattr(torch.random, "thread_safe_generator", None)
+    if safe is not None:
+        return safe()
+    # a torch without it (JetPack 5's 1.11-2.1): a generator of the worker's own seed
+    return torch.Generator().manual_seed(torch.initial_seed())
 
 
 def reseed_everything(worker_id):
@@ -333,6 +337,7 @@ def test_running_out_of_file_descriptors_gives_torchs_hint(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:pin_memory_device is deprecated")
+@pytest.mark.filterwarnings("ignore:pin memory device is set")  # torch 1.12's own words
 @pytest.mark.parametrize("cls", LOADERS)
 def test_the_deprecated_pin_memory_device_is_accepted_as_torch(cls):
     assert _flat(cls(Squares(), batch_size=4, pin_memory_device="cuda")) == [
