@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 from .._deps import require_torch
+from ..errors import ArgumentError
 
 
 def is_datapipe(dataset: Any) -> bool:
@@ -60,6 +61,53 @@ def reseed(dataset: Any, seed: int) -> None:
     gen = torch.Generator()
     gen.manual_seed(seed)
     apply(dataset, gen)
+
+
+def check_shuffles_are_seedable(dataset: Any, num_workers: int) -> None:
+    """Refuse a pipe whose workers would shuffle unalike before sharding (torch 1.11).
+
+    Every worker shuffles its own copy and keeps its share of the result: only the same
+    order in every worker gives each item once. torch 1.12+ seeds the shuffles alike;
+    torch 1.11's draw from each worker's Python ``random``, so items would repeat and go
+    missing without a word.
+
+    Raises:
+        ArgumentError: torch 1.11, ``num_workers`` >= 2 and a ``.shuffle()`` that is on
+            upstream of a ``sharding_filter``.
+    """
+    if num_workers < 2 or not is_iter_datapipe(dataset):
+        return
+    from torch.utils.data import graph, graph_settings
+
+    if hasattr(graph_settings, "apply_random_seed") or hasattr(
+        graph_settings, "apply_shuffle_seed"
+    ):
+        return
+
+    def upstream(sub: dict[Any, Any]) -> list[Any]:  # torch 1.11: {pipe: {its source: ...}}
+        pipes = []
+        for pipe, below in sub.items():
+            pipes += [pipe, *upstream(below)]
+        return pipes
+
+    def shuffles_before_shard(sub: dict[Any, Any]) -> bool:
+        for pipe, below in sub.items():
+            shards = getattr(pipe, "is_shardable", None) is not None
+            if shards and any(getattr(p, "_shuffle_enabled", False) for p in upstream(below)):
+                return True
+            if shuffles_before_shard(below):
+                return True
+        return False
+
+    if shuffles_before_shard(graph.traverse(dataset, only_datapipe=True)):
+        torch = require_torch()
+        raise ArgumentError(
+            f"DataLoader: this IterDataPipe shuffles before its sharding_filter, and torch "
+            f"{torch.__version__} cannot seed a .shuffle() alike in each of num_workers="
+            f"{num_workers} workers, so they would repeat some items and drop others. Use "
+            "torch 1.12 or newer, num_workers=0 or 1, shuffle=False, or .shuffle() after "
+            ".sharding_filter()."
+        )
 
 
 def shard(dataset: Any, num_workers: int, worker_id: int) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 from ..errors import ClosedError
 from ..pipeline.lifecycle import Lifecycle
 from ._auto import resolve_plan
+from ._datapipes import check_shuffles_are_seedable
 from ._epoch import EpochIterator
 from ._resume import apply_loader_state, loader_state
 from ._runner import EpochRunner
@@ -123,6 +124,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
         self._lifecycle = Lifecycle.OPEN
         self._runner.abandon()
         self._resolve()
+        check_shuffles_are_seedable(self.dataset, self._choice.num_workers)
         settings = epoch_settings(self, self._choice)
         return self._runner.start(settings, length=self.__len__, len_called=self._len_called)
 
