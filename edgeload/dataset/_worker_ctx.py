@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .._deps import require_torch
+from ..pipeline._torch_shm import install as reserve_torch_shm
 
 _local = threading.local()
 _hook_lock = threading.Lock()
@@ -117,6 +118,8 @@ def enter_worker(
     seed = base_seed + worker_id
     np_seed = numpy_seed(base_seed, worker_id)
     if in_process:
+        # default_collate stacks a batch made here straight into torch shared memory
+        reserve_torch_shm()
         torch.set_num_threads(1)
         random.seed(seed)
         torch.manual_seed(seed)

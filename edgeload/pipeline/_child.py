@@ -19,6 +19,7 @@ from typing import Any, Tuple
 from ..errors import PlatformError
 from ._channel import Channel, wait_ready
 from ._shm import SHM_DIR, detach_all
+from ._torch_shm import install as reserve_torch_shm
 from .failure import Failure
 from .lifecycle import POLL_INTERVAL_S, limit_library_threads
 
@@ -42,6 +43,8 @@ def run_task(
 
 def _explain(exc: Exception) -> Exception:
     """Name the fix when a result could not be sent because /dev/shm is full."""
+    if isinstance(exc, PlatformError):
+        return exc  # already says what to do (see _torch_shm)
     text = str(exc)
     if "shared memory" not in text and "No space left" not in text:
         return exc
@@ -74,6 +77,7 @@ def _reply(channel: Channel, out: Message, queued: collections.deque[Any], paren
     """Send one result; while the parent is not reading, keep taking tasks and stops."""
     try:
         try:
+            reserve_torch_shm()  # torch may have been imported by the task just run
             channel.put(out)
         except (BrokenPipeError, ConnectionResetError):
             raise

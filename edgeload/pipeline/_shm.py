@@ -32,6 +32,7 @@ __all__ = [
     "attach",
     "check_shm_space",
     "detach_all",
+    "reserve",
     "sweep_stale_segments",
 ]
 
@@ -98,7 +99,7 @@ class SharedSegment:
             # exclusive lock only once this owner is gone (even SIGKILLed).
             fcntl.flock(fd, fcntl.LOCK_SH)
             os.ftruncate(fd, nbytes)
-            _reserve(fd, nbytes, shm_dir)
+            reserve(fd, nbytes, shm_dir)
             self._mmap: mmap.mmap | None = mmap.mmap(fd, nbytes)
         except BaseException:
             os.unlink(self.path)
@@ -124,17 +125,21 @@ class SharedSegment:
             self._mmap = None
 
 
-def _reserve(fd: int, nbytes: int, shm_dir: str) -> None:
-    """Back every page of the segment now, so a /dev/shm that fills up later cannot
-    kill a worker with SIGBUS on its first write to a slot (tmpfs allocates lazily)."""
+def reserve(fd: int, nbytes: int, shm_dir: str, *, what: str = "shared slots") -> None:
+    """Back every page of the file ``fd`` now, so a /dev/shm that fills up later cannot
+    kill a worker with SIGBUS on its first write to it (tmpfs allocates lazily).
+
+    Raises:
+        PlatformError: ``shm_dir`` ran out of room (the message names ``--shm-size``).
+    """
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
             return  # a filesystem without fallocate: the space check before is all
         raise PlatformError(
-            f"{shm_dir} ran out of room while reserving {nbytes / _MIB:.1f} MiB of shared "
-            f"slots ({exc.strerror}): something else filled it. In Docker, start the "
+            f"{shm_dir} ran out of room while reserving {nbytes / _MIB:.1f} MiB for "
+            f"{what} ({exc.strerror}): something else filled it. In Docker, start the "
             "container with a larger --shm-size; or lower the batch size or prefetch "
             "budget; or use thread workers (worker_kind='thread')"
         ) from exc

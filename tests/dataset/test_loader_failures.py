@@ -228,28 +228,56 @@ auto.close()
 """
 
 
-def test_a_dev_shm_too_small_for_process_workers_names_shm_size():
-    """Docker's 64 MB /dev/shm, made real: a 1 MiB tmpfs over /dev/shm in a private mount
-    namespace. Explicit process workers get an error naming --shm-size; auto uses threads."""
+# Samples default_collate batches (a str leaf: no slots): in a worker it stacks them
+# straight into torch shared memory, which older torch (all of JetPack 5's) does not reserve first.
+_TINY_SHM_COLLATE_SCRIPT = """
+import torch, edgeload
+data = [{"x": torch.zeros((512, 1024), dtype=torch.uint8), "name": str(i)} for i in range(16)]
+explicit = edgeload.DataLoader(data, batch_size=4, num_workers=2, worker_kind="process",
+                               multiprocessing_context="fork")
+try:
+    list(explicit)
+    print("NO ERROR")
+except edgeload.WorkerError as exc:
+    print("ERROR", type(exc.__cause__).__name__, str(exc).splitlines()[0])
+finally:
+    explicit.close()
+"""
+
+
+def _run_with_tiny_shm(script):
+    """stdout lines of ``script`` run over a 1 MiB tmpfs on /dev/shm (a private mount
+    namespace), or a skip where that cannot be made."""
     import shutil
     import subprocess
     import sys
 
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) to mount a small /dev/shm")
-    cmd = (
-        f"mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {sys.executable} -c '{_TINY_SHM_SCRIPT}'"
-    )
+    cmd = f"mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {sys.executable} -c '{script}'"
     out = subprocess.run(
         ["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=120
     )
     if "mount" in out.stderr and out.returncode != 0 and "ERROR" not in out.stdout:
         pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("ERROR PlatformError"), out.stdout
+    return out.stdout.splitlines()
+
+
+def test_a_dev_shm_too_small_for_process_workers_names_shm_size():
+    """Docker's 64 MB /dev/shm, made real: a 1 MiB tmpfs over /dev/shm in a private mount
+    namespace. Explicit process workers get an error naming --shm-size; auto uses threads."""
+    lines = _run_with_tiny_shm(_TINY_SHM_SCRIPT)
+    assert lines[0].startswith("ERROR PlatformError"), lines
     assert "--shm-size" in lines[0] and "worker_kind='thread'" in lines[0]
     assert lines[1] == "AUTO 4 thread"
+
+
+def test_a_dev_shm_too_small_for_a_batch_collated_in_a_worker_names_shm_size():
+    # Not a SIGBUS (a worker killed, the cause lost): the same PlatformError.
+    lines = _run_with_tiny_shm(_TINY_SHM_COLLATE_SCRIPT)
+    assert lines[0].startswith("ERROR PlatformError"), lines
+    assert "--shm-size" in lines[0] and "worker_kind='thread'" in lines[0]
 
 
 def test_an_error_that_cannot_leave_its_process_still_raises_its_type():
