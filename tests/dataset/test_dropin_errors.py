@@ -116,7 +116,11 @@ def test_a_failing_worker_init_fn_raises_its_own_type():
     ):
         with pytest.raises(NotImplementedError, match="cannot start"):
             list(cls(RaisesMany(), num_workers=2, worker_init_fn=failing_init, **kw))
-    gc.collect()  # the tracebacks held the iterators: their workers stop now
+        # The traceback holds the iterator in a cycle: collect it here, so its workers
+        # stop now. Left to the next automatic collection, torch's iterator is finalised
+        # in whatever thread allocates then - an edgeload worker thread of the next loader,
+        # which torch 1.12's __del__ then blocks for seconds joining its own workers.
+        gc.collect()
 
 
 _KILLED = """
