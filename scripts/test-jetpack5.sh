@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Run the test suite on JetPack 5's Python stack, on this x86 machine: Python 3.8, numpy
+# 1.17.4 and psutil 5.5.1 (Ubuntu 20.04's, as JetPack 5 has them), OpenCV 4.5.4 (JetPack 5's
+# version; PyPI's headless build: FFmpeg, no GStreamer) and PyPI's builds of the torch
+# releases JetPack 5 shipped, which run on the CPU:
+#   - torch 1.11.0 (JetPack 5.0, edgeload's floor): the whole suite;
+#   - torch 1.12.1 (JetPack 5.0.2): the DataLoader and GPU-memory tests, where the two differ.
+# scripts/test-targets.sh covers the arm64 side under emulation, with Debian bullseye's
+# Python 3.9; this covers Python 3.8 and the oldest numpy and torch, natively and fast
+# enough for the whole suite.
+#
+#   scripts/test-jetpack5.sh [pytest args]     (the args go to the whole-suite run)
+#
+# The venvs are cached outside the clone, in $EDGELOAD_JETPACK5_CACHE (default
+# /var/cache/edgeload-jetpack5): about a minute each to build (a 750-780 MB torch wheel),
+# seconds when cached.  Python 3.8 is $EDGELOAD_PY38, else python3.8 on PATH, else pyenv's.
+# EDGELOAD_SKIP_JETPACK5=1 skips it all, loudly (not for CI).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+CACHE=${EDGELOAD_JETPACK5_CACHE:-/var/cache/edgeload-jetpack5}
+# JetPack 5's own versions where PyPI has them for Python 3.8 on x86_64; torch is added
+STACK=("numpy==1.17.4" "psutil==5.5.1" "opencv-python-headless==4.5.4.60" "typing-extensions"
+    "tomli>=1.1")
+TOOLS=("pytest>=7.4,<9" "pytest-timeout>=2.1" "pytest-xdist>=3.0" "hypothesis>=6.80"
+    "matplotlib>=3.5")
+
+say() { printf '[test-jetpack5 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+
+retry() {  # retry CMD...: up to 4 tries, 15/30/60 s apart (PyPI does flake)
+    local n=1
+    until "$@"; do
+        [ $n -ge 4 ] && return 1
+        say "try $n of '$*' failed; again in $((15 << (n - 1))) s"
+        sleep $((15 << (n - 1)))
+        n=$((n + 1))
+    done
+}
+
+if [ "${EDGELOAD_SKIP_JETPACK5:-0}" = 1 ]; then
+    say "SKIPPED: EDGELOAD_SKIP_JETPACK5=1; nothing ran on Python 3.8 / torch 1.11-1.12"
+    exit 0
+fi
+
+find_py38() {
+    local candidate
+    for candidate in "${EDGELOAD_PY38:-}" "$(command -v python3.8 || true)" \
+        "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.8*/bin/python3.8; do
+        if [ -n "$candidate" ] && [ -x "$candidate" ] &&
+            "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 8))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+py38=$(find_py38) || die "no Python 3.8 found (set EDGELOAD_PY38, put python3.8 on PATH, or \
+install one with pyenv); EDGELOAD_SKIP_JETPACK5=1 skips this part"
+
+# What each venv must hold, checked on every run (a stale cache fails here, not in a test)
+CHECK='
+import sys, numpy, cv2, torch, psutil
+have = (sys.version_info[:2], numpy.__version__, cv2.__version__, torch.__version__.split("+")[0])
+print("[test-jetpack5] Python %d.%d, numpy %s, OpenCV %s, torch %s," % (have[0] + have[1:]),
+      "psutil", psutil.__version__, file=sys.stderr)
+sys.exit(have != ((3, 8), "1.17.4", "4.5.4", sys.argv[1]))
+'
+
+venv_for() {  # venv_for TORCH_VERSION: build (or reuse) its venv; prints the venv's path
+    local torch=$1 venv="$CACHE/torch-$1" want
+    want="$("$py38" --version 2>&1) ${STACK[*]} torch==$torch ${TOOLS[*]}"
+    if [ ! -f "$venv/.stack" ] || [ "$(cat "$venv/.stack")" != "$want" ]; then
+        say "building $venv ($want)"
+        rm -rf "$venv"
+        mkdir -p "$CACHE"
+        "$py38" -m venv "$venv"
+        retry "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+            "${STACK[@]}" "torch==$torch" >&2 || die "pip install ${STACK[*]} torch==$torch"
+        # the tools must not move the stack (a newer numpy would hide what 1.17 lacks)
+        printf '%s\n' "${STACK[@]}" "torch==$torch" | grep -v '^typing\|^tomli' >"$venv/pins.txt"
+        retry "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+            -c "$venv/pins.txt" "${TOOLS[@]}" >&2 || die "pip install ${TOOLS[*]}"
+        echo "$want" >"$venv/.stack"
+    fi
+    "$venv/bin/python" -c "$CHECK" "$torch" || die "$venv does not hold JetPack 5's stack"
+    echo "$venv"
+}
+
+run_pytest() {  # run_pytest VENV ARGS...: on the clone's edgeload (PYTHONPATH puts the
+    # tree first; the CLI tests run `python -m edgeload`, which finds it the same way)
+    local venv=$1
+    shift
+    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$venv/bin/python" -m pytest \
+        -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider -p no:benchmark "$@"
+}
+
+floor=$(venv_for 1.11.0)
+say "pytest, the whole suite: Python 3.8 / numpy 1.17.4 / OpenCV 4.5.4 / torch 1.11.0"
+run_pytest "$floor" "$@"
+later=$(venv_for 1.12.1)
+say "pytest, the DataLoader and GPU-memory tests: the same stack with torch 1.12.1"
+run_pytest "$later" -q tests/dataset tests/cuda
