@@ -78,13 +78,14 @@ def _reserve_new_shared(cls: Any) -> None:
     """Wrap ``cls._new_shared`` (which ``default_collate`` uses in a worker) to reserve."""
     new_shared = cls._new_shared.__func__
 
-    def reserved(klass: Any, size: int, *, device: Any = "cpu") -> Any:
+    # torch 1.11: _new_shared(size); 1.12 and later: _new_shared(size, *, device="cpu")
+    def reserved(klass: Any, /, size: int, **device: Any) -> Any:
         import torch
 
-        if torch.device(device).type != "cpu" or size <= 0:
-            return new_shared(klass, size, device=device)
+        if torch.device(device.get("device", "cpu")).type != "cpu" or size <= 0:
+            return new_shared(klass, size, **device)
         check_shm_space(-(-size // _PAGE) * _PAGE, what=_WHAT)
-        storage = new_shared(klass, size, device=device)
+        storage = new_shared(klass, size, **device)
         _reserve_storage(storage, size)
         return storage
 
@@ -94,11 +95,14 @@ def _reserve_new_shared(cls: Any) -> None:
 def _reserve_storage(storage: Any, nbytes: int) -> None:
     from torch.multiprocessing import get_sharing_strategy
 
+    # torch 1.11 names them _share_fd_ / _share_filename_; 1.12 and later add "cpu"
     if get_sharing_strategy() != "file_system":  # type: ignore[no-untyped-call]
-        fd, _ = storage._share_fd_cpu_()  # the storage's own descriptor, no copy
+        share_fd = getattr(storage, "_share_fd_cpu_", None) or storage._share_fd_
+        fd, _ = share_fd()  # the storage's own descriptor, no copy
         reserve(fd, nbytes, SHM_DIR, what=_WHAT)
         return
-    _, name, _ = storage._share_filename_cpu_()
+    share_filename = getattr(storage, "_share_filename_cpu_", None) or storage._share_filename_
+    _, name, _ = share_filename()
     fd = os.open(SHM_DIR + os.fsdecode(name), os.O_RDWR)
     try:
         reserve(fd, nbytes, SHM_DIR, what=_WHAT)
