@@ -24,16 +24,5 @@ say "pytest"
 "$venv/bin/python" -m pytest -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:benchmark "$@"
 
 # The GStreamer path (tests/video/test_gst.py) needs an OpenCV with GStreamer: Debian's
-# python3-opencv, in .venv-gst made from the system Python (edgeload editable, no deps).
-gst_py=/usr/bin/python3
-if "$gst_py" -c 'import cv2, re, sys; sys.exit(not re.search(r"GStreamer:\s+YES", cv2.getBuildInformation()))' 2>/dev/null; then
-    [ -x .venv-gst/bin/python ] || "$gst_py" -m venv --system-site-packages .venv-gst
-    .venv-gst/bin/python -c 'import pytest, pytest_timeout, torch' 2>/dev/null ||
-        .venv-gst/bin/python -m pip install -q pytest pytest-timeout torch==2.13.0
-    .venv-gst/bin/python -c 'import edgeload' 2>/dev/null ||
-        .venv-gst/bin/python -m pip install -q --no-deps -e .
-    say "pytest: GStreamer OpenCV (.venv-gst)"
-    EDGELOAD_REQUIRE_GSTREAMER=1 .venv-gst/bin/python -m pytest -p no:cacheprovider tests/video/test_gst.py
-else
-    say "$gst_py has no OpenCV with GStreamer: the GStreamer tests are skipped"
-fi
+# python3-opencv, in .venv-gst (scripts/test-bookworm.sh, which .ci/run also runs whole).
+bash scripts/test-bookworm.sh tests/video/test_gst.py
