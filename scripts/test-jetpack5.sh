@@ -26,18 +26,8 @@ STACK=("numpy==1.17.4" "psutil==5.5.1" "opencv-python-headless==4.5.4.60" "typin
 TOOLS=("pytest>=7.4,<9" "pytest-timeout>=2.1" "pytest-xdist>=3.0" "hypothesis>=6.80"
     "matplotlib>=3.5")
 
-say() { printf '[test-jetpack5 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { say "FAILED: $*"; exit 1; }
-
-retry() {  # retry CMD...: up to 4 tries, 15/30/60 s apart (PyPI does flake)
-    local n=1
-    until "$@"; do
-        [ $n -ge 4 ] && return 1
-        say "try $n of '$*' failed; again in $((15 << (n - 1))) s"
-        sleep $((15 << (n - 1)))
-        n=$((n + 1))
-    done
-}
+log_tag=test-jetpack5
+source "$repo/scripts/_log.sh"
 
 if [ "${EDGELOAD_SKIP_JETPACK5:-0}" = 1 ]; then
     say "SKIPPED: EDGELOAD_SKIP_JETPACK5=1; nothing ran on Python 3.8 / torch 1.11-1.12"

@@ -58,18 +58,8 @@ TARGET_TESTS=(
     tests/autotune/test_autotune.py::test_dataset_autotune_from_a_factory   # a short autotune
 )
 
-say() { printf '[test-targets %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { say "FAILED: $*"; exit 1; }
-
-retry() {  # retry CMD...: up to 4 tries, 15/30/60 s apart (mirrors and PyPI do flake)
-    local n=1
-    until "$@"; do
-        [ $n -ge 4 ] && return 1
-        say "try $n of '$*' failed; again in $((15 << (n - 1))) s"
-        sleep $((15 << (n - 1)))
-        n=$((n + 1))
-    done
-}
+log_tag=test-targets
+source "$repo/scripts/_log.sh"
 
 timed() {  # timed NAME CMD...: run CMD, log how long it took
     local name=$1 t0=$SECONDS

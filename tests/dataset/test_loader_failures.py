@@ -210,9 +210,8 @@ def test_a_gpu_memory_mode_without_cuda_is_refused_by_the_constructor(mode):
         DataLoader(DictDS(), batch_size=4, num_workers=1, memory_mode=mode)
 
 
-_TINY_SHM_SCRIPT = """
-import numpy as np, edgeload
-data = [np.zeros((512, 1024), np.uint8) for _ in range(16)]  # batches of 2 MiB, /dev/shm 1 MiB
+# Explicit process workers over a /dev/shm too small for one batch of ``data``
+_EXPLICIT_PROCESS_WORKERS = """
 explicit = edgeload.DataLoader(data, batch_size=4, num_workers=2, worker_kind="process",
                                multiprocessing_context="fork")
 try:
@@ -222,27 +221,30 @@ except edgeload.WorkerError as exc:
     print("ERROR", type(exc.__cause__).__name__, str(exc).splitlines()[0])
 finally:
     explicit.close()
+"""
+
+_TINY_SHM_SCRIPT = (
+    """
+import numpy as np, edgeload
+data = [np.zeros((512, 1024), np.uint8) for _ in range(16)]  # batches of 2 MiB, /dev/shm 1 MiB
+"""
+    + _EXPLICIT_PROCESS_WORKERS
+    + """
 auto = edgeload.DataLoader(data, batch_size=4, num_workers=2)
 print("AUTO", len(list(auto)), auto.stats()["worker_kind"])
 auto.close()
 """
-
+)
 
 # Samples default_collate batches (a str leaf: no slots): in a worker it stacks them
 # straight into torch shared memory, which older torch (all of JetPack 5's) does not reserve first.
-_TINY_SHM_COLLATE_SCRIPT = """
+_TINY_SHM_COLLATE_SCRIPT = (
+    """
 import torch, edgeload
 data = [{"x": torch.zeros((512, 1024), dtype=torch.uint8), "name": str(i)} for i in range(16)]
-explicit = edgeload.DataLoader(data, batch_size=4, num_workers=2, worker_kind="process",
-                               multiprocessing_context="fork")
-try:
-    list(explicit)
-    print("NO ERROR")
-except edgeload.WorkerError as exc:
-    print("ERROR", type(exc.__cause__).__name__, str(exc).splitlines()[0])
-finally:
-    explicit.close()
 """
+    + _EXPLICIT_PROCESS_WORKERS
+)
 
 
 def _run_with_tiny_shm(script):
