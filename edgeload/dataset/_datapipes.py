@@ -45,17 +45,24 @@ def draw_shared_seed(generator: Any) -> int:
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
+def _seed_function() -> Any:
+    """torch's function that seeds a pipe graph's random steps from a generator, or None.
+
+    torch 1.13+ names it ``apply_random_seed``; torch 1.12 has ``apply_shuffle_seed`` (a
+    seed for each shuffle step, drawn from the generator); torch 1.11 has neither: its
+    shuffles draw from Python's global ``random``.
+    """
+    from torch.utils.data import graph_settings
+
+    return getattr(graph_settings, "apply_random_seed", None) or getattr(
+        graph_settings, "apply_shuffle_seed", None
+    )
+
+
 def reseed(dataset: Any, seed: int) -> None:
     """Seed the pipe's random steps (its shuffles) for one epoch."""
     torch = require_torch()
-    from torch.utils.data import graph_settings
-
-    # torch 1.13+ names it apply_random_seed; torch 1.12 has apply_shuffle_seed (the same
-    # seed for every shuffle step, drawn from the generator); torch 1.11 has neither and
-    # seeds shuffles from the global generator
-    apply = getattr(graph_settings, "apply_random_seed", None) or getattr(
-        graph_settings, "apply_shuffle_seed", None
-    )
+    apply = _seed_function()
     if apply is None:
         return
     gen = torch.Generator()
@@ -77,12 +84,9 @@ def check_shuffles_are_seedable(dataset: Any, num_workers: int) -> None:
     """
     if num_workers < 2 or not is_iter_datapipe(dataset):
         return
-    from torch.utils.data import graph, graph_settings
-
-    if hasattr(graph_settings, "apply_random_seed") or hasattr(
-        graph_settings, "apply_shuffle_seed"
-    ):
+    if _seed_function() is not None:
         return
+    from torch.utils.data import graph
 
     def upstream(sub: dict[Any, Any]) -> list[Any]:  # torch 1.11: {pipe: {its source: ...}}
         pipes = []
