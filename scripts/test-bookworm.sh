@@ -17,12 +17,12 @@ cd "$repo"
 py=/usr/bin/python3
 venv=.venv-gst
 
-say() { printf '[test-bookworm] %s\n' "$*" >&2; }
+log_tag=test-bookworm
+source "$repo/scripts/_log.sh"
 
 if ! "$py" -c 'import cv2, re, sys; sys.exit(not re.search(r"GStreamer:\s+YES", cv2.getBuildInformation()))' 2>/dev/null; then
     if [ "${EDGELOAD_REQUIRE_GSTREAMER:-0}" = 1 ]; then
-        say "FAILED: $py has no OpenCV with GStreamer (Debian's python3-opencv), and EDGELOAD_REQUIRE_GSTREAMER=1"
-        exit 1
+        die "$py has no OpenCV with GStreamer (Debian's python3-opencv), and EDGELOAD_REQUIRE_GSTREAMER=1"
     fi
     say "$py has no OpenCV with GStreamer: the Debian-stack tests are skipped"
     exit 0
