@@ -30,6 +30,14 @@ FILE_FFMPEG_THREADS = 2
 # 20 rounds; 640x360 at 4-32 streams, ~1.5 MiB and three OS threads less per stream
 # (docs/performance.md, "4 x 720p: one FFmpeg thread" and "Scale").
 FILE_STREAMS_PER_CORE = 1
+# ... or this many when every stream is a file read once to its end (no loop, no
+# realtime pace): such a job lasts as long as its costliest file, and once the cheaper
+# files end, a second frame thread lets the ones left use the cores they freed.  4 x
+# 720p clips of unequal cost on 2 cores, read to the end: two threads ran 0.96x the
+# ceiling's frames/s where one ran 0.90x, at 1.02x and 0.97x its CPU per frame (28
+# rounds; docs/performance.md, "4 x 720p: files read to the end").  A looping file has
+# no end, so there the rule above holds.
+FINITE_FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
 
@@ -113,11 +121,12 @@ def choose_workers(
 
 
 def choose_threads(
-    work: Workload, count: int, budget: int, live: bool | None
+    work: Workload, count: int, budget: int, live: bool | None, *, finite: bool = False
 ) -> tuple[int, int, str]:
     """FFmpeg threads per stream and torch threads for the consumer, and why.
 
-    Decode first, then the consumer (the model) gets what is left.
+    Decode first, then the consumer (the model) gets what is left.  ``finite``: every
+    stream is a file read once to its end (see :data:`FINITE_FILE_STREAMS_PER_CORE`).
     """
     if not work.streams:
         decode = min(budget, count)
@@ -129,7 +138,8 @@ def choose_threads(
     decode = min(budget, streams * ffmpeg)
     why = f"{streams} stream(s) share {budget} core(s): {ffmpeg} FFmpeg thread(s) each"
     if live is False and ffmpeg < FILE_FFMPEG_THREADS:
-        if streams <= FILE_STREAMS_PER_CORE * budget:
+        per_core = FINITE_FILE_STREAMS_PER_CORE if finite else FILE_STREAMS_PER_CORE
+        if streams <= per_core * budget:
             ffmpeg = FILE_FFMPEG_THREADS
             why += (
                 f", raised to {ffmpeg} for files: decode overlaps the resize, and files "
@@ -137,9 +147,14 @@ def choose_threads(
                 "opens with 1: there a second thread adds CPU, not speed; each stream's "
                 "stats() says which)"
             )
+            if finite and streams > FILE_STREAMS_PER_CORE * budget:
+                why += (
+                    f"; up to {per_core} streams per core as every file is read to its "
+                    "end: the files left once the cheaper ones end use the freed cores"
+                )
         else:
             why += (
-                f"; files too, as more than {FILE_STREAMS_PER_CORE} stream(s) per core keep "
+                f"; files too, as more than {per_core} stream(s) per core keep "
                 "every core busy: a second frame thread would add CPU and memory, not speed"
             )
     elif streams >= budget:

@@ -124,6 +124,7 @@ def plan_for(
     profile: Profile | None = None,
     gil_bound: bool | None = None,
     live: bool | None = None,
+    finite: bool = False,
     prefetch_bytes: int | None = None,
     **overrides: Any,
 ) -> Plan:
@@ -140,6 +141,8 @@ def plan_for(
             pay off where memory allows); None means unknown (threads).
         live: for video, whether any stream is live (latency first); False means every
             stream is a file read for throughput; None means unknown (treated as live).
+        finite: for video files (``live=False``), every one is read once to its end
+            (no loop, no realtime pace), so the job lasts as long as its costliest file.
         prefetch_bytes: an explicit prefetch budget, bytes; overrides the profile's fraction.
         **overrides: profile keys (``worker_kind``, ``num_workers``, ``memory_mode``,
             ``decode_backend``, ``thread_budget``) that win over every profile.
@@ -169,7 +172,9 @@ def plan_for(
     kind, count, why_workers = choose_workers(
         work, profile, platform, gil_bound, budget, "worker_kind" in explicit
     )
-    ffmpeg, torch_threads, reasons["threads"] = choose_threads(work, count, budget, live)
+    ffmpeg, torch_threads, reasons["threads"] = choose_threads(
+        work, count, budget, live, finite=finite
+    )
     threads = Threads(cv2=1, ffmpeg=ffmpeg, torch=torch_threads)
     budget_bytes, slot_count, reasons["prefetch"] = choose_prefetch(
         work, count, profile, platform, prefetch_bytes

@@ -90,9 +90,12 @@ class LoaderParts:
         if not streams:
             raise ValueError("StreamLoader: no sources given; pass at least one")
         live = any(s.source.policy == "latest" for s in streams)
-        self.platform, self.plan = plan_streams(
-            len(streams), frame=opts.size, batch=opts.batch, live=live, profile=profile
+        # Files read once, as fast as they decode: the job ends with its costliest file.
+        finite = all(
+            s.source.kind == "file" and not (s.source.loop or s.source.realtime) for s in streams
         )
+        self.platform, self.plan = plan_streams(len(streams), frame=opts.size, batch=opts.batch,
+                                                live=live, finite=finite, profile=profile)  # fmt: skip
         for stream in streams:
             stream.target = self.target(stream.source)
         self.memory = memory_mode_for(memory_mode, device, self.plan, engine)

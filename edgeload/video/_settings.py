@@ -62,14 +62,21 @@ class StreamSettings:
 
 
 def plan_streams(
-    streams: int, *, frame: tuple[int, int], batch: int | None, live: bool, profile: Any
+    streams: int,
+    *,
+    frame: tuple[int, int],
+    batch: int | None,
+    live: bool,
+    finite: bool,
+    profile: Any,
 ) -> tuple[Any, Any]:
-    """This device (probed) and the plan for a loader of ``streams`` streams on it."""
+    """This device (probed) and the plan for a loader of ``streams`` streams on it
+    (``live`` and ``finite``: as :func:`~edgeload.platform.plan.plan_for` takes them)."""
     from ..platform.plan import plan_for
     from ..platform.probe import probe
 
     platform = probe()
-    plan = plan_for(streams=streams, frame=frame, batch=batch, live=live,
+    plan = plan_for(streams=streams, frame=frame, batch=batch, live=live, finite=finite,
                     platform=platform, profile=profile)  # fmt: skip
     return platform, plan
 

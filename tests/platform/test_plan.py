@@ -183,6 +183,31 @@ def test_many_file_streams_get_one_ffmpeg_thread(board, cores, streams, threads)
     assert plan_for(streams=streams, platform=platform, live=True).threads.ffmpeg == 1
 
 
+@pytest.mark.parametrize(
+    ("board", "streams", "finite", "looping"),
+    [
+        ("rpi4", 4, 2, 2),  # a stream per core: two either way
+        ("rpi4", 8, 2, 1),  # files read to the end keep two up to 2 per core
+        ("rpi4", 9, 1, 1),
+        ("jetson-agx-orin", 24, 2, 1),
+        ("jetson-agx-orin", 32, 1, 1),
+    ],
+)
+def test_files_read_to_the_end_keep_two_frame_threads_up_to_two_per_core(
+    board, streams, finite, looping
+):
+    platform = probe(FIXTURES / board)
+    ended = plan_for(streams=streams, platform=platform, live=False, finite=True)
+    looped = plan_for(streams=streams, platform=platform, live=False)
+    assert (ended.threads.ffmpeg, looped.threads.ffmpeg) == (finite, looping)
+    if finite == 2 and looping == 1:
+        assert "read to its end" in ended.reasons["threads"]
+    if finite == 1:
+        assert "more than 2 stream(s) per core" in ended.reasons["threads"]
+    # finite says nothing about live streams: one thread each, as before
+    assert plan_for(streams=streams, platform=platform, live=True, finite=True).threads.ffmpeg == 1
+
+
 @pytest.mark.parametrize("in_flight", [0, 1, 4, 8])
 @pytest.mark.parametrize("budget_slots", [None, 1, 3, 5, 20])
 def test_slot_count_is_in_flight_plus_two_within_the_budget(in_flight, budget_slots):

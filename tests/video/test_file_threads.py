@@ -11,6 +11,7 @@ import os
 import pytest
 from _media import clip, media_dir
 
+from edgeload.platform.profile import Profile
 from edgeload.video import StreamLoader, VideoSource
 from edgeload.video._cv_features import capture_features
 from edgeload.video.capture import SMALL_FILE_PIXELS, build_target
@@ -78,3 +79,24 @@ def test_stats_show_each_streams_threads_against_the_plan(clips):
         assert planned >= 2, loader.plan.reasons["threads"]
         assert "opens with 1" in loader.plan.reasons["threads"]
     assert [s["ffmpeg_threads"] for s in streams] == [1, planned]
+
+
+def test_files_read_to_the_end_plan_two_threads_where_looping_ones_plan_one(clips):
+    """Two large files on a budget of one core: read once to the end, each gets two
+    frame threads (the one left when the other ends can use the freed core); looping,
+    which never ends, one."""
+    profile = Profile(thread_budget=1)
+    large = clips["large"]
+    with StreamLoader([large, large], size=(64, 64), profile=profile) as loader:
+        ended = loader.plan
+        batches = sum(1 for _ in loader)
+        threads = [s["ffmpeg_threads"] for s in loader.stats()["streams"]]
+    assert batches == 30
+    assert ended.threads.ffmpeg == 2, ended.reasons["threads"]
+    assert "read to its end" in ended.reasons["threads"]
+    assert threads == [2, 2]
+    looping = [VideoSource(large, loop=True), VideoSource(large, loop=True)]
+    with StreamLoader(looping, size=(64, 64), profile=profile) as loader:
+        assert loader.plan.threads.ffmpeg == 1, loader.plan.reasons["threads"]
+        next(iter(loader))
+        assert [s["ffmpeg_threads"] for s in loader.stats()["streams"]] == [1, 1]
