@@ -28,27 +28,16 @@ TOOLS=("pytest>=7.4,<9" "pytest-timeout>=2.1" "pytest-xdist>=3.0" "hypothesis>=6
 
 log_tag=test-jetpack5
 source "$repo/scripts/_log.sh"
+source "$repo/scripts/_pystack.sh"
+stack_name="JetPack 5"
 
 if [ "${EDGELOAD_SKIP_JETPACK5:-0}" = 1 ]; then
     say "SKIPPED: EDGELOAD_SKIP_JETPACK5=1; nothing ran on Python 3.8 / torch 1.11-1.12"
     exit 0
 fi
 
-find_py38() {
-    local candidate
-    for candidate in "${EDGELOAD_PY38:-}" "$(command -v python3.8 || true)" \
-        "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.8*/bin/python3.8; do
-        if [ -n "$candidate" ] && [ -x "$candidate" ] &&
-            "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 8))' 2>/dev/null; then
-            echo "$candidate"
-            return 0
-        fi
-    done
-    return 1
-}
-
-py38=$(find_py38) || die "no Python 3.8 found (set EDGELOAD_PY38, put python3.8 on PATH, or \
-install one with pyenv); EDGELOAD_SKIP_JETPACK5=1 skips this part"
+py=$(find_python 3.8 "${EDGELOAD_PY38:-}") || die "no Python 3.8 found (set EDGELOAD_PY38, put \
+python3.8 on PATH, or install one with pyenv); EDGELOAD_SKIP_JETPACK5=1 skips this part"
 
 # What each venv must hold, checked on every run (a stale cache fails here, not in a test)
 CHECK='
@@ -58,34 +47,6 @@ print("[test-jetpack5] Python %d.%d, numpy %s, OpenCV %s, torch %s," % (have[0] 
       "psutil", psutil.__version__, file=sys.stderr)
 sys.exit(have != ((3, 8), "1.17.4", "4.5.4", sys.argv[1]))
 '
-
-venv_for() {  # venv_for TORCH_VERSION: build (or reuse) its venv; prints the venv's path
-    local torch=$1 venv="$CACHE/torch-$1" want
-    want="$("$py38" --version 2>&1) ${STACK[*]} torch==$torch ${TOOLS[*]}"
-    if [ ! -f "$venv/.stack" ] || [ "$(cat "$venv/.stack")" != "$want" ]; then
-        say "building $venv ($want)"
-        rm -rf "$venv"
-        mkdir -p "$CACHE"
-        "$py38" -m venv "$venv"
-        retry "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-            "${STACK[@]}" "torch==$torch" >&2 || die "pip install ${STACK[*]} torch==$torch"
-        # the tools must not move the stack (a newer numpy would hide what 1.17 lacks)
-        printf '%s\n' "${STACK[@]}" "torch==$torch" | grep -v '^typing\|^tomli' >"$venv/pins.txt"
-        retry "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-            -c "$venv/pins.txt" "${TOOLS[@]}" >&2 || die "pip install ${TOOLS[*]}"
-        echo "$want" >"$venv/.stack"
-    fi
-    "$venv/bin/python" -c "$CHECK" "$torch" || die "$venv does not hold JetPack 5's stack"
-    echo "$venv"
-}
-
-run_pytest() {  # run_pytest VENV ARGS...: on the clone's edgeload (PYTHONPATH puts the
-    # tree first; the CLI tests run `python -m edgeload`, which finds it the same way)
-    local venv=$1
-    shift
-    PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$venv/bin/python" -m pytest \
-        -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:cacheprovider -p no:benchmark "$@"
-}
 
 floor=$(venv_for 1.11.0)
 say "pytest, the whole suite: Python 3.8 / numpy 1.17.4 / OpenCV 4.5.4 / torch 1.11.0"
