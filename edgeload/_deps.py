@@ -40,6 +40,8 @@ def _import(name: str) -> ModuleType:
         module = importlib.import_module(name)
     except ImportError as exc:
         raise MissingDependency(f"{_HINTS[name]} ({exc})") from exc
+    except Exception as exc:  # installed, but broken: e.g. built for another numpy
+        raise MissingDependency(_broken(name, exc)) from exc
     if name not in _checked:
         # below the floor, edgeload would fail later with an AttributeError from deep inside
         problem = dependency_problem(name, str(getattr(module, "__version__", "0")))
@@ -47,6 +49,16 @@ def _import(name: str) -> ModuleType:
             raise MissingDependency(problem)
         _checked.add(name)
     return module
+
+
+def _broken(name: str, exc: Exception) -> str:
+    numpy = sys.modules.get("numpy")
+    here = f" (numpy {numpy.__version__} here)" if numpy is not None else ""
+    return (
+        f"{name} is installed but its import failed ({type(exc).__name__}: {exc}). A "
+        f"build made for another numpy{here} fails this way: on a board use its own "
+        f"package; elsewhere install a release built for this numpy ({_HINTS[name]})"
+    )
 
 
 def require_torch() -> Any:
@@ -63,6 +75,6 @@ def has_module(name: str) -> bool:
     """Whether ``name`` imports, without raising."""
     try:
         importlib.import_module(name)
-    except ImportError:
+    except Exception:  # missing, or installed but broken (see _broken)
         return False
     return True

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -64,3 +67,27 @@ def test_the_first_loader_call_names_a_too_old_torch_or_opencv(monkeypatch, modu
     require = _deps.require_torch if name == "torch" else _deps.require_cv2
     with pytest.raises(MissingDependency, match=f"{old} is older than edgeload's floor"):
         require()
+
+
+# What OpenCV 4.8's PyPI wheel does on numpy 1.21 (JetPack 6's): it is installed, and its
+# import raises TypeError, not ImportError.
+_BROKEN_CV2 = "raise TypeError(\"'numpy._DTypeMeta' object is not subscriptable\")\n"
+
+
+def test_an_installed_cv2_whose_import_fails_is_a_missing_dependency_naming_the_cause(tmp_path):
+    (tmp_path / "cv2.py").write_text(_BROKEN_CV2)
+    code = (
+        "import numpy, edgeload\n"
+        "from edgeload import MissingDependency, _deps\n"
+        "assert not _deps.has_module('cv2')\n"
+        "try:\n    _deps.require_cv2()\n"
+        "except MissingDependency as exc:\n    print(exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{PACKAGE.parent}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "cv2 is installed but its import failed (TypeError:" in text
+    assert "_DTypeMeta" in text and "another numpy (numpy " in text
+    assert "opencv-python-headless" in text
