@@ -35,7 +35,7 @@ FILE_STREAMS_PER_CORE = 1
 # files end, a second frame thread lets the ones left use the cores they freed.  4 x
 # 720p clips of unequal cost on 2 cores, read to the end: two threads ran 0.96x the
 # ceiling's frames/s where one ran 0.90x, at 1.02x and 0.97x its CPU per frame (28
-# rounds; docs/performance.md, "4 x 720p: files read to the end").  A looping file has
+# rounds; docs/performance.md, "Files read to the end, and the other targets").  A looping file has
 # no end, so there the rule above holds.
 FINITE_FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
