@@ -3,13 +3,15 @@
 # First: on a Python older than the floor (JetPack 4.6's 3.6) this raises a readable
 # ImportError before any module that needs a newer Python is parsed.
 from . import _floor  # noqa: F401
+
+# isort: split
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._version import __version__
-from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
-from .checkpoint import load_state, save_state
-from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
-from .cuda.transfer import DeviceCopier
-from .cuda.zero_copy import as_cuda_tensor
-from .dataset.loader import DataLoader, get_worker_info
 from .errors import (
     ArgumentError,
     ClosedError,
@@ -23,13 +25,88 @@ from .errors import (
     WorkerError,
     WorkerTimeout,
 )
-from .pipeline.prefetch import Prefetcher
-from .pipeline.slots import SlotPool
-from .pipeline.workers import WorkerPool
-from .platform.plan import Plan, Threads, plan_for
-from .platform.probe import Platform, probe
-from .platform.profile import Profile, load_profile
-from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
+
+# The rest of the public surface loads on first use (PEP 562): `import edgeload` and
+# `edgeload --help` stay light, and a dataset-only program never loads the video path
+# (about half the package: ~2 MiB and ~100 ms of imports on x86, several times that on
+# a Pi).  Name -> the module that defines it.
+_LAZY = {
+    "DatasetWorkload": ".autotune.tune",
+    "TuneResult": ".autotune.tune",
+    "VideoWorkload": ".autotune.tune",
+    "autotune": ".autotune.tune",
+    "load_state": ".checkpoint",
+    "save_state": ".checkpoint",
+    "CudaDevice": ".cuda.status",
+    "CudaStatus": ".cuda.status",
+    "check_memory_mode": ".cuda.status",
+    "cuda_device": ".cuda.status",
+    "cuda_status": ".cuda.status",
+    "DeviceCopier": ".cuda.transfer",
+    "as_cuda_tensor": ".cuda.zero_copy",
+    "DataLoader": ".dataset.loader",
+    "get_worker_info": ".dataset.loader",
+    "Prefetcher": ".pipeline.prefetch",
+    "SlotPool": ".pipeline.slots",
+    "WorkerPool": ".pipeline.workers",
+    "Plan": ".platform.plan",
+    "Threads": ".platform.plan",
+    "plan_for": ".platform.plan",
+    "Platform": ".platform.probe",
+    "probe": ".platform.probe",
+    "Profile": ".platform.profile",
+    "load_profile": ".platform.profile",
+    "Batch": ".video",
+    "FrameMeta": ".video",
+    "SourceState": ".video",
+    "StreamLoader": ".video",
+    "VideoSource": ".video",
+}
+
+if _TYPE_CHECKING:
+    from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
+    from .checkpoint import load_state, save_state
+    from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
+    from .cuda.transfer import DeviceCopier
+    from .cuda.zero_copy import as_cuda_tensor
+    from .dataset.loader import DataLoader, get_worker_info
+    from .pipeline.prefetch import Prefetcher
+    from .pipeline.slots import SlotPool
+    from .pipeline.workers import WorkerPool
+    from .platform.plan import Plan, Threads, plan_for
+    from .platform.probe import Platform, probe
+    from .platform.profile import Profile, load_profile
+    from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
+
+
+def __getattr__(name: str) -> _Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'edgeload' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(where, __name__), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> "list[str]":
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(_types.ModuleType):
+    """Keeps ``edgeload.autotune`` the function.
+
+    Loading the subpackage ``edgeload.autotune`` (by the CLI, or by
+    ``import edgeload.autotune.tune``) binds it as an attribute of this package, which
+    would hide the public function of the same name.
+    """
+
+    def __setattr__(self, name: str, value: _Any) -> None:
+        if name == "autotune" and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ArgumentError",

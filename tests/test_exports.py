@@ -11,14 +11,64 @@ import edgeload
 def test_all_is_sorted_and_complete():
     names = edgeload.__all__
     assert names == sorted(names)
+    for name in names:  # the lazy ones load here
+        assert getattr(edgeload, name) is not None
     public = {n for n in vars(edgeload) if not n.startswith("_") and not _is_module(n)}
     assert public == set(names) - {"__version__"}
-    for name in names:
-        assert getattr(edgeload, name) is not None
+    assert set(names) <= set(dir(edgeload))
+    assert set(edgeload._LAZY) <= set(names)  # every name that loads on use is public
 
 
 def _is_module(name: str) -> bool:
     return type(getattr(edgeload, name)).__name__ == "module"
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Modules of interest in ``sys.modules`` after ``code`` runs in a fresh interpreter."""
+    probe = (
+        f"import sys; {code}; "
+        "print(' '.join(sorted(m for m in sys.modules "
+        "if m in ('numpy', 'torch', 'cv2') or m.count('.') == 1 and m.startswith('edgeload.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_import_loads_only_the_errors_until_a_name_is_used():
+    # `edgeload --help` and `except edgeload.SourceError` load no numpy and no subpackage.
+    assert _loaded_after("import edgeload") == [
+        "edgeload._floor",
+        "edgeload._version",
+        "edgeload.errors",
+    ]
+    assert "numpy" not in _loaded_after("from edgeload.cli.main import main")
+
+
+def test_a_dataset_program_does_not_load_the_video_path():
+    loaded = _loaded_after("from edgeload import DataLoader")
+    assert "edgeload.dataset" in loaded
+    assert "edgeload.video" not in loaded
+    assert "edgeload.autotune" not in loaded
+    assert "edgeload.dataset" not in _loaded_after("from edgeload import StreamLoader")
+
+
+def test_autotune_stays_the_function_once_its_subpackage_is_loaded():
+    import edgeload.autotune.tune
+    import edgeload.cli.autotune  # loads the subpackage too
+
+    assert edgeload.autotune is edgeload.autotune.__globals__["autotune"]
+    assert callable(edgeload.autotune)
+    assert edgeload.autotune.__module__ == "edgeload.autotune.tune"
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it():
+    try:
+        edgeload.StreamLoaders  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "StreamLoaders" in str(exc)
+    else:
+        raise AssertionError("edgeload.StreamLoaders resolved")
 
 
 def test_import_does_not_pull_torch_or_cv2():
