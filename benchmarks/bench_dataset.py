@@ -44,8 +44,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import interleave, smaps_pss
-from edgeload._compat import zip_strict
-from edgeload.measure import run_sampled
+
+# No edgeload import at module level: this file is also each mode's child process, and a
+# torch mode's process must hold only what a torch program holds (edgeload's modules
+# would add their ~2-4 MiB to the PSS it is compared by).
 
 MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
 EXTRA_MODES = ("edgeload-pf1",)
@@ -118,7 +120,8 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
     import cv2  # noqa: F401 - loaded before timing, as in a real program
     import torch
 
-    from edgeload import DataLoader as EdgeLoader
+    if mode.startswith("edgeload"):
+        from edgeload import DataLoader as EdgeLoader
 
     dataset = JpegDataset(path, out_size)
     cpu0 = _cpu_s()
@@ -158,6 +161,7 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
         "first_batch_s": (first or end) - start,
         "steady_images_per_s": (images - batch) / max(end - (first or end), 1e-9),
         "batch_crcs": crcs,
+        "edgeload_loaded": "edgeload" in sys.modules,
         **chosen,
     }
 
@@ -219,6 +223,8 @@ class _PeakOwnPss:
 
 
 def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
+    from edgeload.measure import run_sampled
+
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -235,6 +241,8 @@ def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_pss_bytes"] = mem.peak_bytes
     result["peak_own_pss_bytes"] = mem.peak_own_bytes
+    if result["edgeload_loaded"] != mode.startswith("edgeload"):
+        raise RuntimeError(f"{mode}: edgeload loaded = {result['edgeload_loaded']} in its process")
     return result
 
 
@@ -279,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    from edgeload._compat import zip_strict
+
     equality = check_batches(runs, images=args.images, batch=args.batch)
     modes = {}
     for mode, rs in runs.items():
@@ -343,6 +353,8 @@ def check_batches(runs: dict[str, list[dict[str, Any]]], *, images: int, batch: 
     Raises:
         RuntimeError: a run is short, or two runs differ (the first differing batch named).
     """
+    from edgeload._compat import zip_strict
+
     want_batches = -(-images // batch)
     reference = next((m for m in ("torch-0", *runs) if m in runs and m.startswith("torch")), None)
     ref_mode = reference or next(iter(runs))
