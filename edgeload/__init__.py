@@ -79,7 +79,26 @@ if _TYPE_CHECKING:
     from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
 
 
+# Modules reachable as attributes (`el.cuda.HostEngine`), as when the package loaded them
+# all; `autotune` stays the function above.
+_SUBMODULES = frozenset(
+    (
+        "checkpoint",
+        "cli",
+        "cuda",
+        "dataset",
+        "measure",
+        "pipeline",
+        "platform",
+        "video",
+        "vocabulary",
+    )
+)
+
+
 def __getattr__(name: str) -> _Any:
+    if name in _SUBMODULES:
+        return _importlib.import_module(f".{name}", __name__)  # binds it here as it loads
     where = _LAZY.get(name)
     if where is None:
         raise AttributeError(f"module 'edgeload' has no attribute {name!r}")
@@ -89,7 +108,7 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> "list[str]":
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
 
 
 class _Package(_types.ModuleType):

@@ -62,6 +62,18 @@ def test_autotune_stays_the_function_once_its_subpackage_is_loaded():
     assert edgeload.autotune.__module__ == "edgeload.autotune.tune"
 
 
+def test_subpackages_are_attributes_as_before():
+    # `import edgeload as el; el.cuda.HostEngine(...)` (the README's own example)
+    code = (
+        "import edgeload as el; "
+        "print(el.cuda.HostEngine.__name__, el.video.StreamLoader.__name__, "
+        "el.pipeline.SlotPool.__name__, el.checkpoint.save_state.__name__, callable(el.autotune))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["HostEngine", "StreamLoader", "SlotPool", "save_state", "True"]
+
+
 def test_an_unknown_name_is_an_attribute_error_naming_it():
     try:
         edgeload.StreamLoaders  # type: ignore[attr-defined]  # noqa: B018
