@@ -22,6 +22,14 @@ from torch.utils.data import Dataset, IterableDataset
 from edgeload import DataLoader
 from edgeload._floor import version_tuple
 
+# torch's own loader forks its workers whatever threads the test process has (a BLAS or
+# OpenMP pool an earlier test started), and Python 3.12+ warns at such a fork (seen on
+# Debian 13's Python 3.13): torch's warning. edgeload forks with threads alive only where
+# torch would (a dataset only fork can load); its choice is tested in test_workers.py.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+)
+
 LOADERS = [
     pytest.param(torch.utils.data.DataLoader, id="torch"),
     pytest.param(DataLoader, id="edgeload"),
