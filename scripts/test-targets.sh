@@ -24,11 +24,13 @@ CACHE=${EDGELOAD_TARGETS_CACHE:-/var/cache/edgeload-targets}
 MIRRORS=(${EDGELOAD_TARGETS_MIRROR:-http://deb.debian.org/debian http://archive.debian.org/debian})
 MIRROR=${MIRRORS[0]}
 SUITE=bullseye
-R=$CACHE/$SUITE-arm64
+ARCH=arm64
+R=$CACHE/$SUITE-$ARCH
 TORCH_SPEC="torch==2.1.*"
 VENV=/opt/venv      # inside the root
 SRC=/src/edgeload   # inside the root: a fresh copy of this checkout each run
 WHEELS=/opt/wheels  # inside the root: what the install test may install, offline
+TEST_ENV=(EDGELOAD_REQUIRE_FFMPEG=1 EDGELOAD_REQUIRE_GSTREAMER=1)
 
 # Python, numpy, OpenCV (with GStreamer), psutil and ffmpeg from Debian, as a board has them.
 APT_PKGS=(python3 python3-venv python3-pip python3-numpy python3-psutil python3-opencv
@@ -60,54 +62,7 @@ TARGET_TESTS=(
 
 log_tag=test-targets
 source "$repo/scripts/_log.sh"
-
-timed() {  # timed NAME CMD...: run CMD, log how long it took
-    local name=$1 t0=$SECONDS
-    shift
-    "$@"
-    say "$name: $((SECONDS - t0)) s"
-}
-
-# --- the root's mounts and environment --------------------------------------------------
-mount_root() {
-    # / bound onto itself so that `unshare -m` (used by the shm tests' helpers) works inside
-    mountpoint -q "$R" || mount --bind "$R" "$R"
-    # Test what is there, not `mountpoint`: a proc mounted on the root before the bind
-    # above still shows as a mount point, yet the bind hides it and /proc is empty inside.
-    [ -e "$R/proc/self/stat" ] || mount -t proc proc "$R/proc"
-    [ -e "$R/sys/kernel" ] || mount -t sysfs -o ro sysfs "$R/sys"
-    mkdir -p "$R/dev/shm"
-    mountpoint -q "$R/dev/shm" || mount -t tmpfs -o mode=1777,size=2g tmpfs "$R/dev/shm"
-    # name resolution and the host's CA bundle (a proxy's CA reaches pip this way)
-    cp /etc/hosts /etc/resolv.conf "$R/etc/"
-    if [ -d "$R/etc/ssl/certs" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-        cp /etc/ssl/certs/ca-certificates.crt "$R/etc/ssl/certs/"
-    fi
-}
-umount_root() {
-    local m
-    for m in dev/shm sys proc ""; do
-        # a process of the tests may still be leaving: wait a moment, then detach lazily
-        if mountpoint -q "$R/$m" 2>/dev/null; then
-            umount "$R/$m" 2>/dev/null || { sleep 2; umount "$R/$m" 2>/dev/null; } || umount -l "$R/$m"
-        fi
-    done
-}
-# A clean environment: the host's PIP_FIND_LINKS, pip.conf and PYTHON* settings stay out.
-ROOT_ENV=(HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive
-    PIP_DEFAULT_TIMEOUT=180 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/ssl/certs/ca-certificates.crt)
-in_root() {
-    chroot "$R" /usr/bin/env -i "${ROOT_ENV[@]}" \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
-}
-in_venv() {  # in_venv SECONDS CMD...: in the venv and the source copy, killed after SECONDS
-    local limit=$1
-    shift
-    timeout -k 10 "$limit" chroot "$R" /usr/bin/env -i "${ROOT_ENV[@]}" \
-        PATH="$VENV/bin:/usr/bin:/bin" VIRTUAL_ENV="$VENV" PYTHONPATH="$SRC" \
-        EDGELOAD_REQUIRE_FFMPEG=1 EDGELOAD_REQUIRE_GSTREAMER=1 \
-        /bin/sh -c 'cd "$0" && exec "$@"' "$SRC" "$@"
-}
+source "$repo/scripts/_root.sh"
 
 # --- building the root ------------------------------------------------------------------
 host_tools() {
@@ -126,52 +81,6 @@ host_tools() {
     # F: the kernel opens the emulator at registration, so it works inside the chroot
     grep -q '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
         || die "the qemu-aarch64 binfmt entry lacks the F flag; reinstall qemu-user-static"
-}
-
-pick_mirror() {
-    local m
-    for m in "${MIRRORS[@]}"; do
-        if retry python3 -c 'import sys, urllib.request
-urllib.request.urlopen(sys.argv[1] + "/dists/" + sys.argv[2] + "/InRelease", timeout=60)' "$m" "$SUITE"
-        then
-            MIRROR=$m
-            return 0
-        fi
-        say "$m has no $SUITE; trying the next mirror"
-    done
-    die "no mirror has Debian $SUITE: ${MIRRORS[*]}"
-}
-
-build_rootfs() {
-    [ -e "$R/.edgeload-base-done" ] && return 0
-    pick_mirror
-    say "debootstrap $SUITE arm64 into $R"
-    umount_root
-    rm -rf "$R"
-    mkdir -p "$CACHE"
-    # download and unpack only (native); a failed try starts again from an empty directory
-    retry sh -c 'rm -rf "$1" && debootstrap --arch=arm64 --variant=minbase --foreign "$2" "$1" "$3"' \
-        _ "$R" "$SUITE" "$MIRROR"
-    timed "debootstrap second stage (emulated)" chroot "$R" /debootstrap/debootstrap --second-stage
-    touch "$R/.edgeload-base-done"
-}
-
-build_packages() {
-    if in_root dpkg -s "${APT_PKGS[@]}" >/dev/null 2>&1; then return 0; fi
-    pick_mirror
-    # bullseye-security is left out: the mirror lists it but answers 404 for its pool files
-    printf 'deb %s %s main\ndeb %s %s-updates main\n' "$MIRROR" $SUITE "$MIRROR" $SUITE \
-        > "$R/etc/apt/sources.list"
-    printf '#!/bin/sh\nexit 101\n' > "$R/usr/sbin/policy-rc.d"  # no services start inside
-    chmod +x "$R/usr/sbin/policy-rc.d"
-    mount_root
-    retry in_root apt-get update -qq
-    # --download-only first, retried; the emulated install itself is not a download
-    retry in_root apt-get install -y -qq --no-install-recommends --download-only "${APT_PKGS[@]}"
-    in_root dpkg --configure -a  # an install interrupted on an earlier run
-    timed "apt install (emulated)" in_root apt-get install -y -qq --no-install-recommends \
-        "${APT_PKGS[@]}" >/dev/null
-    in_root apt-get clean
 }
 
 build_venv() {
@@ -198,17 +107,6 @@ build() {
 }
 
 # --- testing in it ----------------------------------------------------------------------
-copy_source() {
-    rm -rf "$R$SRC"
-    mkdir -p "$R$SRC"
-    if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-        git -C "$repo" ls-files -z --cached --others --exclude-standard \
-            | (cd "$repo" && tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$R$SRC"
-    else
-        tar -C "$repo" --exclude='.venv*' --exclude=.git -cf - . | tar -xf - -C "$R$SRC"
-    fi
-}
-
 versions() {
     in_venv 300 python - <<'EOF'
 import platform, re, sys
@@ -219,32 +117,6 @@ print(f"{platform.machine()} Python {sys.version.split()[0]}, numpy {numpy.__ver
 if platform.machine() != "aarch64":
     sys.exit("not running as aarch64: binfmt/qemu is not in effect")
 EOF
-}
-
-# Installing edgeload into a --system-site-packages venv, as on a board, keeps the system's
-# numpy and psutil: only edgeload itself and tomli (absent from bullseye) may be added.
-# --no-index: a requirement the system does not meet has nothing to upgrade to, and fails.
-install_test() {
-    in_venv 600 sh -ec '
-        unset PYTHONPATH  # the installed wheel, not the source copy
-        rm -rf /tmp/dist /tmp/board-venv
-        python -m pip wheel -q --no-deps --no-build-isolation -w /tmp/dist .
-        python3 -m venv --system-site-packages /tmp/board-venv
-        vpy=/tmp/board-venv/bin/python
-        sp=$($vpy -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")
-        show="import numpy, psutil; print(numpy.__version__, numpy.__file__, psutil.__version__)"
-        before=$($vpy -c "$show")
-        ls "$sp" | sort > /tmp/site-before
-        $vpy -m pip install -q --no-index --find-links "$1" /tmp/dist/edgeload-*.whl
-        after=$($vpy -c "$show")
-        ls "$sp" | sort > /tmp/site-after
-        added=$(comm -13 /tmp/site-before /tmp/site-after | grep -vE "^(edgeload|tomli)[-.]|^(edgeload|tomli)$" || true)
-        $vpy -c "import edgeload, numpy; print(\"edgeload\", edgeload.__version__, \"installed over the system numpy\", numpy.__version__)"
-        rm -rf /tmp/dist /tmp/board-venv /tmp/site-before /tmp/site-after
-        [ "$before" = "$after" ] || { echo "numpy/psutil changed: $before -> $after"; exit 1; }
-        [ -z "$added" ] || { echo "the install added more than edgeload and tomli:" $added; exit 1; }
-        case $before in */usr/lib/python3/dist-packages/*) ;; *) echo "numpy is not the system one: $before"; exit 1 ;; esac
-    ' sh "$WHEELS"
 }
 
 run_tests() {
@@ -276,16 +148,7 @@ locked() {  # on a shared machine, EDGELOAD_TARGETS_TEST_LOCK=FILE runs the test
     flock -u 7
 }
 
-if [ "${EDGELOAD_SKIP_TARGETS:-0}" = 1 ]; then
-    say "EDGELOAD_SKIP_TARGETS=1: the emulated arm64 target is NOT tested"
-    exit 0
-fi
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mounts): sudo $0 $*"
-# One run at a time per cache: a second waits (a build can take 20 minutes).
-mkdir -p "$CACHE"
-exec 8>"$CACHE/.lock"
-flock -w 3600 8 || die "another test-targets.sh holds $CACHE/.lock"
-trap umount_root EXIT
+take_root EDGELOAD_SKIP_TARGETS "the emulated arm64 target" "$@"
 
 what=${1:-all}
 [ $# -gt 0 ] && shift
