@@ -11,6 +11,7 @@ import types as _types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._lazy import load_name as _load_name
 from ._version import __version__
 from .errors import (
     ArgumentError,
@@ -99,12 +100,7 @@ _SUBMODULES = frozenset(
 def __getattr__(name: str) -> _Any:
     if name in _SUBMODULES:
         return _importlib.import_module(f".{name}", __name__)  # binds it here as it loads
-    where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module 'edgeload' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(where, __name__), name)
-    globals()[name] = value  # later lookups are plain attribute reads
-    return value
+    return _load_name(__name__, _LAZY, globals(), name)
 
 
 def __dir__() -> "list[str]":

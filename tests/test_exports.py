@@ -23,13 +23,13 @@ def _is_module(name: str) -> bool:
     return type(getattr(edgeload, name)).__name__ == "module"
 
 
-def _loaded_after(code: str) -> list[str]:
-    """Modules of interest in ``sys.modules`` after ``code`` runs in a fresh interpreter."""
-    probe = (
-        f"import sys; {code}; "
-        "print(' '.join(sorted(m for m in sys.modules "
-        "if m in ('numpy', 'torch', 'cv2') or m.count('.') == 1 and m.startswith('edgeload.'))))"
-    )
+_OF_INTEREST = "m in ('numpy', 'torch', 'cv2') or m.count('.') == 1 and m.startswith('edgeload.')"
+
+
+def _loaded_after(code: str, which: str = _OF_INTEREST) -> list[str]:
+    """Modules ``m`` in ``sys.modules`` for which ``which`` holds after ``code`` runs in a
+    fresh interpreter."""
+    probe = f"import sys; {code}; print(' '.join(sorted(m for m in sys.modules if {which})))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
@@ -39,6 +39,7 @@ def test_import_loads_only_the_errors_until_a_name_is_used():
     # `edgeload --help` and `except edgeload.SourceError` load no numpy and no subpackage.
     assert _loaded_after("import edgeload") == [
         "edgeload._floor",
+        "edgeload._lazy",
         "edgeload._version",
         "edgeload.errors",
     ]
@@ -51,6 +52,23 @@ def test_a_dataset_program_does_not_load_the_video_path():
     assert "edgeload.video" not in loaded
     assert "edgeload.autotune" not in loaded
     assert "edgeload.dataset" not in _loaded_after("from edgeload import StreamLoader")
+
+
+def test_a_loader_with_host_slots_loads_no_cuda_runtime():
+    # On a CPU-only board (a Pi) the engines, the copier and the CUDA runtime's ctypes
+    # bindings are about 1 MiB of the process, so they load only for a GPU memory mode.
+    code = (
+        "import numpy, edgeload as el; "
+        "loader = el.DataLoader(numpy.zeros((16, 3), 'uint8'), batch_size=4, num_workers=2, "
+        "memory_mode='host'); "
+        "assert sum(len(b) for b in loader) == 16; loader.close()"
+    )
+    loaded = _loaded_after(code, which="m.startswith('edgeload.cuda')")
+    assert loaded == ["edgeload.cuda", "edgeload.cuda.slot_mode"]
+    # ... and as attributes they still load on first use
+    assert _loaded_after(
+        "import edgeload.cuda as c; c.HostEngine", which="m == 'edgeload.cuda.host_engine'"
+    ) == ["edgeload.cuda.host_engine"]
 
 
 def test_autotune_stays_the_function_once_its_subpackage_is_loaded():

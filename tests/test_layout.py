@@ -21,6 +21,7 @@ RANK = {
     "vocabulary": 0,
     "_compat": 0,  # stand-ins for what Python 3.9/3.10 added
     "_floor": 0,  # the oldest Python, torch and OpenCV
+    "_lazy": 0,  # names a package loads on first use
     "_deps": 1,
     "checkpoint": 1,
     "measure": 1,

@@ -20,10 +20,10 @@ def check_slot_mode(mode: str, engine: Any = None) -> None:
         ProfileError: not a memory mode.
         PlatformError: a GPU mode this machine lacks; the message names one that works.
     """
-    from .status import MEMORY_MODES, check_memory_mode
-
     if mode == "host":
         return
+    from .status import MEMORY_MODES, check_memory_mode  # the CUDA runtime: GPU modes only
+
     if engine is None or mode not in MEMORY_MODES:
         check_memory_mode(mode)
     else:
