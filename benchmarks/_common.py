@@ -161,22 +161,6 @@ def plan_ffmpeg_threads(threads: int) -> Iterator[None]:
         plan_module.choose_threads = choose
 
 
-def smaps_pss(pid: int | str = "self") -> dict[str, int]:
-    """The PSS lines of ``/proc/PID/smaps_rollup`` in bytes, by name (``Pss``, and from
-    Linux 5.0 ``Pss_Anon``, ``Pss_File``, ``Pss_Shmem``); empty where it cannot be read
-    (the process exited, or the kernel has no such file)."""
-    fields: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key.startswith("Pss"):
-                    fields[key] = int(rest.split()[0]) * 1024
-    except OSError:
-        return {}
-    return fields
-
-
 def os_threads() -> int:
     """This process's OS threads, FFmpeg's included (to check what a run really used)."""
     return len(os.listdir("/proc/self/task"))

@@ -24,7 +24,7 @@ _ROLLUP_KINDS = {"Pss_Anon": "anon", "Pss_Shmem": "slots", "Pss_File": "file"}
 def memory_by_kind() -> dict[str, float]:
     """This process's PSS in MiB by kind (see the module docstring); empty where the
     kernel has no ``/proc/self/smaps_rollup`` split."""
-    from benchmarks._common import smaps_pss
+    from edgeload.measure import smaps_pss
 
     rollup = smaps_pss()
     return {kind: rollup[key] / 2**20 for key, kind in _ROLLUP_KINDS.items() if key in rollup}

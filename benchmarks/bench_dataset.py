@@ -37,14 +37,13 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common import interleave, smaps_pss
+from benchmarks._common import interleave
 
 # No edgeload import at module level: this file is also each mode's child process, and a
 # torch mode's process must hold only what a torch program holds (edgeload's modules
@@ -184,51 +183,11 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-class _PeakOwnPss:
-    """The peak of a process tree's PSS, and of its anonymous + shared-memory part.
-
-    ``Pss_Anon + Pss_Shmem`` (``/proc/PID/smaps_rollup``) is what the mode allocated
-    itself: heaps, arenas, slots, worker copies.  The rest is file-backed (libraries), and
-    its PSS falls whenever another process on a shared box maps the same torch and cv2
-    files, which moved torch-0's total between 319 and 358 MiB in one run.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak_bytes = self.peak_own_bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-pss", daemon=True)
-
-    def sample(self) -> None:
-        import psutil
-
-        total = own = 0
-        try:
-            procs = [self.pid] + [c.pid for c in psutil.Process(self.pid).children(True)]
-        except psutil.Error:
-            return
-        for pid in procs:
-            fields = smaps_pss(pid)  # empty: it exited between listing and reading
-            total += fields.get("Pss", 0)
-            own += fields.get("Pss_Anon", 0) + fields.get("Pss_Shmem", 0)
-        self.peak_bytes = max(self.peak_bytes, total)
-        self.peak_own_bytes = max(self.peak_own_bytes, own)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self.sample()
-
-    def __enter__(self) -> _PeakOwnPss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-
-
 def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    from edgeload.measure import run_sampled
+    # The peak of the tree's PSS and of its own (anonymous + shared-memory) part: the rest
+    # is library pages, whose PSS falls whenever another process on a shared box maps the
+    # same torch and cv2 files (it moved torch-0's total between 319 and 358 MiB in a run).
+    from edgeload.measure import PeakPss, run_sampled
 
     cmd = [
         sys.executable,
@@ -242,7 +201,7 @@ def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]
         "--out-size",
         str(args.out_size),
     ]
-    out, mem = run_sampled(cmd, timeout_s=_CHILD_TIMEOUT_S, sampler=_PeakOwnPss)
+    out, mem = run_sampled(cmd, timeout_s=_CHILD_TIMEOUT_S, sampler=PeakPss)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_pss_bytes"] = mem.peak_bytes
     result["peak_own_pss_bytes"] = mem.peak_own_bytes

@@ -117,7 +117,7 @@ def _rollup() -> dict[str, float]:
 
     Without those lines (older kernels) the anonymous part is the whole PSS.
     """
-    from benchmarks._common import smaps_pss
+    from edgeload.measure import smaps_pss
 
     wanted = ("Pss_Anon", "Pss_File", "Pss_Shmem")
     return {key: n / 2**20 for key, n in smaps_pss().items() if key in wanted}

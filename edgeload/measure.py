@@ -4,6 +4,14 @@ PSS (proportional set size) counts a page shared by k processes as 1/k in each, 
 sum over a process tree is what the tree really costs; RSS double-counts pages shared
 with worker processes (torch, shared-memory slots).  Used by ``edgeload autotune`` and
 by the benchmarks.
+
+Of that PSS, the tree's *own* memory is the anonymous and shared-memory part (heaps,
+arenas, slots, what workers copied): what its work allocated, and what cannot be
+dropped and read back from a file under pressure.  The rest is file-backed (libraries),
+and its PSS moves with every other process that maps the same files: one more process
+importing a CUDA build of torch (260 MiB of resident library pages) takes tens of MiB
+off this tree's PSS.  Decisions that compare one configuration with another
+(``edgeload autotune``) read the own part.
 """
 
 from __future__ import annotations
@@ -33,22 +41,70 @@ def _tree(pid: int | None) -> list[psutil.Process]:
         return []
 
 
+def smaps_pss(pid: int | str = "self") -> dict[str, int]:
+    """The PSS lines of ``/proc/PID/smaps_rollup`` in bytes, by name (``Pss``, and from
+    Linux 5.0 ``Pss_Anon``, ``Pss_File``, ``Pss_Shmem``); empty where it cannot be read
+    (the process exited, or the kernel has no such file)."""
+    fields: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key.startswith("Pss"):
+                    fields[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        return {}
+    return fields
+
+
+def _process_memory(proc: psutil.Process) -> tuple[int, int]:
+    """(PSS, own) of one process in bytes; own is all of its PSS where the kernel does not
+    split it, and both are its RSS where PSS is unreadable; (0, 0) once it has exited."""
+    fields = smaps_pss(proc.pid)
+    if "Pss" in fields:
+        own = fields.get("Pss_Anon", fields["Pss"]) + fields.get("Pss_Shmem", 0)
+        return fields["Pss"], min(own, fields["Pss"])
+    try:
+        pss = int(proc.memory_full_info().pss)
+    except (psutil.Error, AttributeError):
+        try:
+            pss = int(proc.memory_info().rss)
+        except psutil.Error:
+            return 0, 0  # it exited between listing and reading
+    return pss, pss
+
+
+def tree_memory(pid: int | None = None) -> tuple[int, int]:
+    """(PSS, own memory) of a process and all its descendants, bytes (see the module).
+
+    Args:
+        pid: the root process; default this process.
+    """
+    total = own = 0
+    for proc in _tree(pid):
+        pss, mine = _process_memory(proc)
+        total += pss
+        own += mine
+    return total, own
+
+
 def tree_pss_bytes(pid: int | None = None) -> int:
     """PSS of a process and all its descendants, bytes (RSS where PSS is unreadable).
 
     Args:
         pid: the root process; default this process.
     """
-    total = 0
-    for proc in _tree(pid):
-        try:
-            total += proc.memory_full_info().pss
-        except (psutil.Error, AttributeError):
-            try:
-                total += proc.memory_info().rss
-            except psutil.Error:
-                continue  # it exited between listing and reading
-    return total
+    return tree_memory(pid)[0]
+
+
+def tree_own_bytes(pid: int | None = None) -> int:
+    """The anonymous and shared-memory PSS of a process and its descendants, bytes: the
+    part other processes mapping the same libraries do not move (see the module).
+
+    Args:
+        pid: the root process; default this process.
+    """
+    return tree_memory(pid)[1]
 
 
 def tree_cpu_seconds(pid: int | None = None) -> float:
@@ -99,27 +155,30 @@ def run_sampled(
 
 
 class PeakPss:
-    """Sample the tree's PSS in a background thread; ``peak_bytes`` after exit.
+    """Sample the tree's PSS in a background thread; ``peak_bytes`` (PSS) and
+    ``peak_own_bytes`` (its anonymous and shared-memory part) after exit.
 
     Use as a context manager around the work to measure::
 
         with PeakPss() as mem:
             run()
-        print(mem.peak_bytes)
+        print(mem.peak_bytes, mem.peak_own_bytes)
     """
 
     def __init__(self, pid: int | None = None, *, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.pid = pid or os.getpid()
         self.interval_s = interval_s
         self.peak_bytes = 0
+        self.peak_own_bytes = 0
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> int:
-        """Take one sample now and return it."""
-        value = tree_pss_bytes(self.pid)
+        """Take one sample now and return its PSS."""
+        value, own = tree_memory(self.pid)
         self.peak_bytes = max(self.peak_bytes, value)
+        self.peak_own_bytes = max(self.peak_own_bytes, own)
         self.samples += 1
         return value
 

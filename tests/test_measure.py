@@ -9,7 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from edgeload.measure import PeakPss, percentile, tree_cpu_seconds, tree_pss_bytes
+from edgeload.measure import (
+    PeakPss,
+    percentile,
+    smaps_pss,
+    tree_cpu_seconds,
+    tree_memory,
+    tree_pss_bytes,
+)
 
 
 def test_pss_counts_a_child_process():
@@ -26,13 +33,50 @@ def test_pss_counts_a_child_process():
         child.stdout.close()
 
 
+def _sleeper(code: str) -> subprocess.Popen[bytes]:
+    """A process that runs ``code``, says so, and sleeps until killed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"{code}; print(1, flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == b"1"
+    return child
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    child.kill()
+    child.wait(timeout=10)
+    assert child.stdout is not None
+    child.stdout.close()
+
+
+@pytest.mark.skipif("Pss_Anon" not in smaps_pss(), reason="this kernel does not split PSS")
+def test_own_memory_is_not_moved_by_another_process_mapping_the_same_libraries():
+    # A process's PSS falls when an unrelated one maps the same torch pages; the part it
+    # allocated itself (anonymous + shared memory: what autotune's ceiling reads) stays.
+    measured = _sleeper("import torch, numpy as np; a = np.ones(32 << 20, np.uint8)")
+    others = []
+    try:
+        pss_before, own_before = tree_memory(measured.pid)
+        assert own_before > 32 << 20
+        others = [_sleeper("import torch") for _ in range(2)]  # not in its process tree
+        pss_after, own_after = tree_memory(measured.pid)
+        assert pss_before - pss_after > 4 << 20  # its share of torch's pages fell
+        assert abs(own_after - own_before) < 2 << 20
+        assert own_after <= pss_after
+    finally:
+        for child in [measured, *others]:
+            _stop(child)
+
+
 def test_peak_sampler_sees_a_transient_allocation():
     with PeakPss(interval_s=0.01) as mem:
-        before = mem.sample()
+        before, own_before = tree_memory()
         block = np.ones(96 << 20, np.uint8)
         time.sleep(0.1)
         del block
     assert mem.peak_bytes - before > 80 << 20
+    assert mem.peak_own_bytes - own_before > 80 << 20
     assert mem.samples >= 3
 
 

@@ -68,7 +68,7 @@ class ProgressLine:
 def format_table(result: TuneResult) -> str:
     """The trials as a text table, the winner marked with ``*``, then why it won."""
     knobs = list(result.trials[0].config) if result.trials else []
-    head = ["#", *(_SHORT.get(k, k) for k in knobs), "items/s", "p50ms", "p99ms", "PSS", "cpu%"]
+    head = ["#", *(_SHORT.get(k, k) for k in knobs), "items/s", "p50ms", "p99ms", "own", "cpu%"]
     rows = [head]
     for t in result.trials:
         m = t.measurement
@@ -78,7 +78,7 @@ def format_table(result: TuneResult) -> str:
                 f"{m.items_per_s:.1f}",
                 f"{m.latency_p50_ms:.1f}",
                 f"{m.latency_p99_ms:.1f}",
-                _mib(m.peak_pss_bytes),
+                _mib(m.peak_own_bytes),
                 f"{m.cpu_percent:.0f}",
             ]
             if m is not None
@@ -130,17 +130,17 @@ def save_plot(result: TuneResult, path: str | Path) -> Path:
             m = t.measurement
             assert m is not None
             ok = t.status == "ok"
-            ax.scatter(m.peak_pss_bytes / (1 << 20), m.items_per_s,
+            ax.scatter(m.peak_own_bytes / (1 << 20), m.items_per_s,
                        marker="*" if t.index == result.winner else ("o" if ok else "x"),
                        s=180 if t.index == result.winner else 40,
                        color="tab:green" if t.index == result.winner else
                        ("tab:blue" if ok else "tab:red"))  # fmt: skip
-            ax.annotate(str(t.index), (m.peak_pss_bytes / (1 << 20), m.items_per_s),
+            ax.annotate(str(t.index), (m.peak_own_bytes / (1 << 20), m.items_per_s),
                         textcoords="offset points", xytext=(4, 4), fontsize=8)  # fmt: skip
         if math.isfinite(result.max_memory_bytes):
             ax.axvline(result.max_memory_bytes / (1 << 20), color="tab:red", linestyle="--",
                        label="memory ceiling")  # fmt: skip
-        ax.set_xlabel("peak PSS of the process tree (MiB)")
+        ax.set_xlabel("peak own memory of the process tree (MiB): anonymous + shared PSS")
         ax.set_ylabel("items / s")
         ax.set_title(f"edgeload autotune: {result.workload}", fontsize=10)
         ax.grid(alpha=0.3)

@@ -135,11 +135,12 @@ def _groups(result: TuneResult) -> dict[int, list[Trial]]:
 
 
 def group_score(trials: list[Trial]) -> tuple[float, int] | None:
-    """Mean score and highest peak PSS of one configuration's trials; None if any failed."""
+    """Mean score and highest peak own memory of one configuration's trials; None if any
+    failed."""
     if any(t.score is None or t.measurement is None for t in trials):
         return None
     scores = [t.score for t in trials if t.score is not None]
-    peak = max(t.measurement.peak_pss_bytes for t in trials if t.measurement is not None)
+    peak = max(t.measurement.peak_own_bytes for t in trials if t.measurement is not None)
     return sum(scores) / len(scores), peak
 
 
@@ -175,5 +176,5 @@ def choose_winner(result: TuneResult, min_gain: float) -> None:
     else:
         result.reason = (
             f"highest {result.objective} score, {score:.1f} {unit}, at {format_mib(peak)} "
-            f"peak PSS{vs_plan}"
+            f"peak own memory{vs_plan}"
         )

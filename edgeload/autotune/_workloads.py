@@ -40,6 +40,10 @@ class Measurement:
     """Peak PSS of the whole process tree, warm-up included (slots are allocated then)."""
     cpu_percent: float
     """CPU time of the process tree over wall time; 100 = one core busy."""
+    peak_own_bytes: int
+    """Peak of that PSS's anonymous and shared-memory part, warm-up included: what the
+    ceiling and the memory tie-break read (``edgeload.measure``: library pages' PSS moves
+    with other processes)."""
 
 
 class Workload(Protocol):
@@ -106,6 +110,7 @@ def measure(
         latency_p99_ms=percentile(latencies, 99),
         peak_pss_bytes=mem.peak_bytes,
         cpu_percent=100.0 * cpu / seconds,
+        peak_own_bytes=mem.peak_own_bytes,
     )
 
 

@@ -4,7 +4,8 @@
 a time (worker kind, worker count, thread budget, batch size when asked, prefetch bytes,
 memory mode, decode backend) toward the measured gain (``_autotune_search``), each
 trial a real loader warmed up and then measured for throughput, latency percentiles,
-peak PSS of the process tree and CPU use.  Trials above the memory ceiling are rejected.
+peak PSS of the process tree (and its own, anonymous + shared-memory, part) and CPU use.
+Trials whose own memory passes the ceiling are rejected.
 :func:`write_profile` stores the winner as a stamped TOML profile where
 :func:`edgeload.platform.profile.load_profile` finds it, so every later loader on the device
 plans with it.
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, EdgeloadError
-from ..measure import tree_pss_bytes
+from ..measure import tree_own_bytes
 from ..platform.plan import PROCESS_WORKER_BYTES, Plan, format_mib, plan_for
 from ..platform.profile import load_profile
 from ..vocabulary import GPU_MEMORY_MODES
@@ -112,7 +113,8 @@ def autotune(
     Args:
         workload: a :class:`VideoWorkload`, :class:`DatasetWorkload` or any Workload.
         platform: the device; default :func:`edgeload.platform.probe.probe`.
-        max_memory_bytes: peak PSS ceiling of the process tree; default 80% of usable RAM.
+        max_memory_bytes: ceiling on the process tree's peak own memory (its anonymous
+            and shared-memory PSS, see :mod:`edgeload.measure`); default 80% of usable RAM.
         trial_seconds: measured seconds per trial.
         warmup_seconds: unmeasured seconds before each trial; default a quarter of
             ``trial_seconds`` (at least 0.5 s).
@@ -148,7 +150,7 @@ def autotune(
     usable = getattr(getattr(platform, "memory", None), "usable_bytes", None) or (1 << 30)
     ceiling = int(max_memory_bytes if max_memory_bytes is not None else usable * 0.8)
     workload.check()
-    baseline_bytes = tree_pss_bytes()
+    baseline_bytes = tree_own_bytes()
     need = baseline_bytes + 2 * workload.batch_bytes(workload.batch)
     if ceiling < need:
         raise ArgumentError(
@@ -234,7 +236,7 @@ def _run_trial(
         return Trial(index, dict(config), f"failed: {exc}")
     except (OSError, RuntimeError, ValueError) as exc:  # one bad configuration, not the run
         return Trial(index, dict(config), f"failed: {type(exc).__name__}: {exc}")
-    if got.peak_pss_bytes > ceiling:
+    if got.peak_own_bytes > ceiling:
         return Trial(index, dict(config), "over memory", got)
     value = got.items_per_s if objective == "throughput" else 1000.0 / max(got.latency_p99_ms, 1e-3)
     return Trial(index, dict(config), "ok", got, value)

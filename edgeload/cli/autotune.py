@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="dataset batch size")
     parser.add_argument("--tune-batch", action="store_true", help="also search the batch size")
     parser.add_argument(
-        "--max-memory", default="80%", help="peak PSS ceiling: bytes, 512M, 2G or PERCENT"
+        "--max-memory",
+        default="80%",
+        help="ceiling on peak own memory (anonymous + shared PSS): bytes, 512M, 2G or PERCENT",
     )
     parser.add_argument("--trial-seconds", type=float, default=5.0, help="measured s per trial")
     parser.add_argument("--warmup-seconds", type=float, default=None, help="unmeasured s first")
