@@ -63,7 +63,7 @@ def _process_memory(proc: psutil.Process) -> tuple[int, int]:
     fields = smaps_pss(proc.pid)
     if "Pss" in fields:
         own = fields.get("Pss_Anon", fields["Pss"]) + fields.get("Pss_Shmem", 0)
-        return fields["Pss"], min(own, fields["Pss"])
+        return fields["Pss"], own
     try:
         pss = int(proc.memory_full_info().pss)
     except (psutil.Error, AttributeError):
