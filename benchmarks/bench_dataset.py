@@ -10,6 +10,13 @@ int label)``.  Modes, each in its own fresh process so memory is measured alone:
   two batch slots less; not in the default modes).
 - ``torch-0``: ``torch.utils.data.DataLoader(num_workers=0)``.
 - ``torch-fork-2`` / ``torch-spawn-2``: 2 worker processes, forked / spawned.
+- ``threads-2``: the bound for any two-worker loader, no loader at all: two bare threads
+  (one cv2 thread each, as edgeload's plan gives them) each decode every other batch
+  straight into a fresh array, at most two batches ahead per thread (edgeload's default
+  depth), and the main thread takes them in order.  No generality, no per-worker seeds,
+  no fault handling: its speed over fork-2 and its memory over torch-0 are what two
+  workers reading ahead give and cost on this box, whatever the loader.
+- ``threads-2-pf1``: the same, one batch ahead per thread (not in the default modes).
 
 Reported per mode (median of ``--repeats`` runs): images/s over one epoch including
 worker start-up (what a user waits for), images/s after the first batch, CPU ms per
@@ -18,7 +25,12 @@ process tree, sampled from outside every 50 ms, with its anonymous + shared-memo
 part (the file-backed rest moves with what else on the box maps torch and cv2).
 Speed is compared with the best torch mode twice: by wall time (images/s), and by CPU
 time per image, which a shared, loaded machine distorts far less.  Memory is compared
-with torch's 0 workers.
+with torch's 0 workers.  Beside them, edgeload against the bare threads (speed per
+round, own PSS): the part of the two-worker bound the loader reaches, and what it adds.
+
+The consumer does nothing else by default; ``--step-ms`` makes it wait that long per
+batch (a GPU step) and ``--stall-ms`` adds a longer wait every 8th batch (logging, a
+checkpoint), where a loader shows how many batches it keeps ready.
 
 Every run takes a CRC of every byte of every batch (shape, dtype, pixels and labels),
 batch by batch; the run fails unless each mode delivered the whole epoch and
@@ -37,8 +49,10 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -49,9 +63,16 @@ from benchmarks._common import interleave
 # torch mode's process must hold only what a torch program holds (edgeload's modules
 # would add their ~2-4 MiB to the PSS it is compared by).
 
-MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2")
-EXTRA_MODES = ("edgeload-pf1",)
+MODES = ("edgeload", "torch-0", "torch-fork-2", "torch-spawn-2", "threads-2")
+EXTRA_MODES = ("edgeload-pf1", "threads-2-pf1")
 _CHILD_TIMEOUT_S = 600
+# The bare two-thread bound: its threads, batches each may read ahead per mode, and the
+# longest it waits for a batch or a turn before calling it a hang
+_BARE_THREADS = 2
+_BARE_AHEAD = {"threads-2": 2, "threads-2-pf1": 1}
+_BARE_WAIT_S = 60.0
+# --stall-ms lengthens every this-many-th step of the consumer
+_STALL_EVERY = 8
 # Issue 14's targets: edgeload's speed vs the best torch mode, its PSS vs torch-0's.
 SPEED_TARGET = 1.25
 PSS_TARGET = 1.0
@@ -63,6 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=32, help="batch size")
     parser.add_argument("--size", type=int, nargs=2, default=(640, 480), metavar=("W", "H"))
     parser.add_argument("--out-size", type=int, default=224, help="resized side, pixels")
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="the consumer's time per batch, a sleep standing for a GPU step (default 0)",
+    )
+    parser.add_argument(
+        "--stall-ms",
+        type=float,
+        default=0.0,
+        help=f"added to every {_STALL_EVERY}th step, as logging or a checkpoint does (default 0)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per mode (median)")
     parser.add_argument("--modes", nargs="+", choices=MODES + EXTRA_MODES, default=list(MODES))
     parser.add_argument("--out", help="write the results as JSON here")
@@ -115,7 +148,87 @@ class JpegDataset:
         return img, i % 10
 
 
-def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
+def bare_threads(dataset: Any, batch: int, workers: int, ahead: int) -> Iterator[Any]:
+    """Batches of ``dataset`` in order, read by ``workers`` bare threads (``threads-2``).
+
+    Thread ``w`` reads batches ``w, w + workers, ...``, each into a fresh array, and
+    starts batch ``b`` only once it is fewer than ``workers * ahead`` batches past the
+    one the caller waits for.  Yields ``(images, labels)`` tensors, as torch's
+    ``default_collate`` makes them for this dataset.  A failed read raises here; closing
+    the generator early stops and joins the threads.
+    """
+    import cv2
+    import torch
+
+    cv2.setNumThreads(1)
+    n = len(dataset)
+    n_batches = -(-n // batch)
+    done: dict[int, Any] = {}
+    cond = threading.Condition()
+    state: dict[str, Any] = {"next": 0, "error": None, "stop": False}
+
+    def let_in(b: int) -> Callable[[], bool]:
+        return lambda: b < state["next"] + workers * ahead or state["stop"]
+
+    def ready(b: int) -> Callable[[], bool]:
+        return lambda: b in done or state["error"] is not None
+
+    def work(w: int) -> None:
+        b = w
+        try:
+            for b in range(w, n_batches, workers):
+                with cond:
+                    if not cond.wait_for(let_in(b), _BARE_WAIT_S):
+                        raise TimeoutError(f"bare thread {w}: batch {b} never let in")
+                    if state["stop"]:
+                        return
+                rows = range(b * batch, min(n, (b + 1) * batch))
+                images = labels = None
+                for r, i in enumerate(rows):
+                    img, label = dataset[i]
+                    if images is None:
+                        images = np.empty((len(rows), *img.shape), img.dtype)
+                        labels = np.empty(len(rows), np.int64)
+                    images[r] = img
+                    labels[r] = label
+                with cond:
+                    done[b] = (torch.from_numpy(images), torch.from_numpy(labels))
+                    cond.notify_all()
+        except BaseException as exc:  # the main thread raises it
+            with cond:
+                state["error"] = (f"bare thread {w}: batch {b} failed", exc)
+                cond.notify_all()
+
+    threads = [
+        threading.Thread(target=work, args=(w,), name=f"bench-bare-{w}", daemon=True)
+        for w in range(workers)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for b in range(n_batches):
+            with cond:
+                if not cond.wait_for(ready(b), _BARE_WAIT_S):
+                    raise TimeoutError(f"bare threads: batch {b} not read in {_BARE_WAIT_S} s")
+                if state["error"] is not None:
+                    what, exc = state["error"]
+                    raise RuntimeError(what) from exc
+                item = done.pop(b)
+                state["next"] = b + 1
+                cond.notify_all()
+            yield item
+            del item  # while the caller waits, its reference is the only one
+    finally:
+        with cond:
+            state["stop"] = True
+            cond.notify_all()
+        for t in threads:
+            t.join(_BARE_WAIT_S)
+
+
+def _child(
+    mode: str, path: str, batch: int, out_size: int, step_ms: float = 0.0, stall_ms: float = 0.0
+) -> dict[str, Any]:
     """One epoch in this process; returns timings (run with ``--child``)."""
     import cv2  # noqa: F401 - loaded before timing, as in a real program
     import torch
@@ -136,6 +249,8 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
         loader = EdgeLoader(dataset, batch_size=batch, num_workers="auto", prefetch_factor=1)
     elif mode == "torch-0":
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=0)
+    elif mode in _BARE_AHEAD:
+        loader = bare_threads(dataset, batch, _BARE_THREADS, _BARE_AHEAD[mode])
     else:
         method = mode.split("-")[1]
         loader = torch.utils.data.DataLoader(
@@ -150,6 +265,9 @@ def _child(mode: str, path: str, batch: int, out_size: int) -> dict[str, Any]:
             first = time.perf_counter()
         images += int(labels.shape[0])
         crcs.append(_batch_crc(imgs.numpy(), labels.numpy()))
+        wait_ms = step_ms + (stall_ms if len(crcs) % _STALL_EVERY == 0 else 0.0)
+        if wait_ms:
+            time.sleep(wait_ms / 1e3)
     end = time.perf_counter()
     chosen = {}
     if mode.startswith("edgeload"):
@@ -200,6 +318,10 @@ def _run_child(mode: str, path: str, args: argparse.Namespace) -> dict[str, Any]
         str(args.batch),
         "--out-size",
         str(args.out_size),
+        "--step-ms",
+        str(args.step_ms),
+        "--stall-ms",
+        str(args.stall_ms),
     ]
     out, mem = run_sampled(cmd, timeout_s=_CHILD_TIMEOUT_S, sampler=PeakPss)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -218,7 +340,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{args.images} JPEGs {width}x{height}, {buffer.nbytes / 2**20:.1f} MiB in memory "
         f"(made in {time.perf_counter() - t0:.1f} s); batch {args.batch}, -> "
-        f"{args.out_size}x{args.out_size}; {os.cpu_count()} CPUs",
+        f"{args.out_size}x{args.out_size}; {os.cpu_count()} CPUs; consumer step "
+        f"{args.step_ms:g} ms, +{args.stall_ms:g} ms every {_STALL_EVERY}th",
         flush=True,
     )
     load_before = os.getloadavg()
@@ -258,6 +381,8 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
     for mode, rs in runs.items():
         modes[mode] = {
             "images_per_s": statistics.median(r["images"] / r["seconds"] for r in rs),
+            "images_per_s_runs": [r["images"] / r["seconds"] for r in rs],
+            "own_pss_mib_runs": [r["peak_own_pss_bytes"] / 2**20 for r in rs],
             "steady_images_per_s": statistics.median(r["steady_images_per_s"] for r in rs),
             "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
             "peak_pss_mib": statistics.median(r["peak_pss_bytes"] for r in rs) / 2**20,
@@ -306,6 +431,22 @@ def _summarise(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
         report["own_pss_minus_torch_0_mib"] = (
             modes["edgeload"]["peak_own_pss_mib"] - modes["torch-0"]["peak_own_pss_mib"]
         )
+    if "edgeload" in modes and "threads-2" in modes:
+        # The bare two-thread bound: what part of it edgeload reaches, and what it adds
+        e, bare = modes["edgeload"], modes["threads-2"]
+        report["speed_vs_threads_2"] = e["images_per_s"] / bare["images_per_s"]
+        report["speed_vs_threads_2_per_round"] = [
+            (a["images"] / a["seconds"]) / (b["images"] / b["seconds"])
+            for a, b in zip_strict(runs["edgeload"], runs["threads-2"])
+        ]
+        report["own_pss_minus_threads_2_mib"] = e["peak_own_pss_mib"] - bare["peak_own_pss_mib"]
+        if torch_modes:
+            best = report["best_torch"]
+            report["threads_2_vs_best_torch"] = bare["images_per_s"] / modes[best]["images_per_s"]
+        if "torch-0" in modes:
+            report["threads_2_own_pss_minus_torch_0_mib"] = (
+                bare["peak_own_pss_mib"] - modes["torch-0"]["peak_own_pss_mib"]
+            )
     return report
 
 
@@ -381,6 +522,21 @@ def _print(report: dict[str, Any]) -> None:
             f"{report['own_pss_minus_torch_0_mib']:+.0f} MiB ({report['own_pss_vs_torch_0']:.2f}x)"
         )
 
+    if "speed_vs_threads_2" in report:
+        rounds = ", ".join(f"{r:.2f}" for r in report["speed_vs_threads_2_per_round"])
+        line = (
+            f"edgeload vs two bare threads (threads-2): {report['speed_vs_threads_2']:.2f}x "
+            f"of medians ({rounds} per round), own PSS "
+            f"{report['own_pss_minus_threads_2_mib']:+.0f} MiB"
+        )
+        if "threads_2_vs_best_torch" in report:
+            line += f"; the bare threads themselves: {report['threads_2_vs_best_torch']:.2f}x "
+            line += f"{report['best_torch']}"
+        if "threads_2_own_pss_minus_torch_0_mib" in report:
+            line += f", own PSS {report['threads_2_own_pss_minus_torch_0_mib']:+.0f} MiB "
+            line += "over torch-0"
+        print(line)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
@@ -390,7 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child, args.data, args.batch, args.out_size)))
+        child = _child(
+            args.child, args.data, args.batch, args.out_size, args.step_ms, args.stall_ms
+        )
+        print(json.dumps(child))
         return 0
     return run(args)
 

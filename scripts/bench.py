@@ -64,7 +64,8 @@ MODULES = {
     ),
     "dataset": (
         "bench_dataset",
-        "JPEG decode+resize dataset: edgeload DataLoader vs torch (0 workers, fork, spawn)",
+        "JPEG decode+resize dataset: edgeload DataLoader vs torch (0 workers, fork, spawn) "
+        "and two bare threads",
     ),
     "video": (
         "bench_video",
