@@ -36,18 +36,35 @@ class TasksInFlight:
         self._settings, self._exec, self._slots = settings, executor, slots
         self._order, self._progress = order, progress
         self._pending: dict[int, Result] = {}  # results not yet given out, by position
-        self._slots_held: dict[int, Any] = {}  # position -> slot (or None)
+        self._slots_held: dict[int, Any] = {}  # position -> slot, SlotClaim or None
         self._exhausted = False
         self._next_pos = progress.yielded
+        self._deferred: Exception | None = None  # raised by a refill on delivery
+        # Thread workers take their task's slot when they start writing it (SlotClaim)
+        self._claims = settings.worker_kind == "thread" and settings.num_workers > 0
 
     def next_result(self) -> tuple[Result, Any] | None:
-        """The next result and its task's slot, submitting more tasks first; None once
-        every task's result was taken."""
+        """The next result and its task's slot; None once every task's result was taken.
+
+        The place the result frees goes to a worker at once, as torch refills on
+        delivery: waiting for the caller's next call would leave the worker that made
+        this batch idle while the caller uses it.  What that refill raises (the
+        sampler's error, a dead worker) comes at the next call, so this batch is not
+        lost to it.
+        """
+        if self._deferred is not None:
+            exc, self._deferred = self._deferred, None
+            raise exc
         self._fill()
         result = self._take()
         if result is None:
             return None
-        return result, self._slots_held.pop(result.position)
+        slot = self._slots.settle(self._slots_held.pop(result.position))
+        try:
+            self._fill()
+        except Exception as exc:  # re-raised as it was, at the next call
+            self._deferred = exc
+        return result, slot
 
     def _fill(self) -> None:
         limit = self._settings.max_in_flight(self._slots.layout)
@@ -65,9 +82,14 @@ class TasksInFlight:
             if worker is None:
                 self._exhausted = True
                 return
-            slot, layout = self._slots.acquire(index)
-            self._slots_held[pos] = slot
-            self._exec.submit(worker, Task(pos, index, self._exec.slot_handle(slot), layout))
+            if self._claims:
+                held, layout = self._slots.claim(index)
+                handle = held
+            else:
+                held, layout = self._slots.acquire(index)
+                handle = self._exec.slot_handle(held)
+            self._slots_held[pos] = held
+            self._exec.submit(worker, Task(pos, index, handle, layout))
 
     def _take(self) -> Result | None:
         while True:
@@ -84,7 +106,7 @@ class TasksInFlight:
 
     def close(self) -> None:
         """Release the slots of tasks still in flight (their results are dropped)."""
-        for slot in self._slots_held.values():
-            self._slots.release(slot)
+        for held in self._slots_held.values():
+            self._slots.release(self._slots.settle(held))
         self._slots_held.clear()
         self._pending.clear()

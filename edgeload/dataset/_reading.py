@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import _collate
+from ._slots import SlotClaim
 from ._tasks import FetchSpec, Result, Task, WorkerStart
 
 
@@ -116,12 +117,13 @@ class SampleReader:
         ``result.data`` otherwise), or the samples for ``default_collate`` when one does
         not fit the layout (the rows written so far are rebuilt as they were).
         """
-        if task.slot is None:
+        slot = task.slot.take() if isinstance(task.slot, SlotClaim) else task.slot
+        if slot is None:
             buf = np.empty(slot_map.nbytes, np.uint8)
-        elif isinstance(task.slot, np.ndarray):
-            buf = task.slot
+        elif isinstance(slot, np.ndarray):
+            buf = slot
         else:
-            buf = _attach(task.slot)
+            buf = _attach(slot)
         views = _collate.batch_views(slot_map, buf)
         rows = 0
         for sample in samples:
@@ -133,7 +135,7 @@ class SampleReader:
         del views
         if rows == 0:
             return []
-        if task.slot is not None:
+        if slot is not None:
             result.rows = rows
         else:
             result.data = _collate.read_batch(slot_map, buf, rows)

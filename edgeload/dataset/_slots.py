@@ -3,7 +3,8 @@
 Slots are used only with the default collate and fixed-size samples.  The first
 batches are collated by ``default_collate``; the worker that made the first one also
 sends a :class:`~edgeload.dataset._collate.SlotMap`, and from then on each task is given a
-slot (when one is free) to write its samples into.  A slot the user still holds a
+slot (when one is free) to write its samples into: with the task for a process worker,
+when it starts writing for a thread worker (:class:`SlotClaim`).  A slot the user still holds a
 batch of is never handed out again (the pool's lease rule); if none is free the task
 runs without one, so a user who keeps every batch slows nothing down and loses nothing.
 """
@@ -11,9 +12,10 @@ runs without one, so a user who keeps every batch slows nothing down and loses n
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
-from ..errors import PlatformError
+from ..errors import ClosedError, PlatformError
 from . import _collate
 from ._device import pin_batch
 from ._tasks import Result
@@ -81,17 +83,34 @@ class LoaderSlots:
         """Whether slot memory is already page-locked (a GPU mode): no pinning needed."""
         return self._pool is not None and self._mode != "host"
 
-    def acquire(self, index: Any) -> tuple[Any, _collate.SlotMap | None]:
-        """A free slot for a task of ``index`` and its layout, or ``(None, None)``."""
+    def _layout_for(self, index: Any) -> _collate.SlotMap | None:
+        """The slots' layout if a task of ``index`` fits a slot (a full batch), else None."""
         layout = self.layout
         if self._pool is None or layout is None or not isinstance(index, list):
-            return None, None
-        if len(index) != layout.batch_size:
+            return None
+        return layout if len(index) == layout.batch_size else None
+
+    def acquire(self, index: Any) -> tuple[Any, _collate.SlotMap | None]:
+        """A free slot for a task of ``index`` and its layout, or ``(None, None)``."""
+        layout = self._layout_for(index)
+        if layout is None:
             return None, None
         try:
             return self._pool.acquire(timeout_s=0), layout
         except TimeoutError:
             return None, None
+
+    def claim(self, index: Any) -> tuple[SlotClaim | None, _collate.SlotMap | None]:
+        """For a thread worker's task of ``index``: a claim on a slot that the worker
+        takes when it starts writing, and the layout; or ``(None, None)``."""
+        layout = self._layout_for(index)
+        return (None, None) if layout is None else (SlotClaim(self._pool), layout)
+
+    @staticmethod
+    def settle(held: Any) -> Any:
+        """The slot behind ``held`` (a slot, None, or a :class:`SlotClaim`), now the
+        caller's to finish or release; a claim not yet taken can no longer take one."""
+        return held.settle() if isinstance(held, SlotClaim) else held
 
     def release(self, slot: Any) -> None:
         """Give back a slot whose task produced nothing in it."""
@@ -120,6 +139,7 @@ class LoaderSlots:
             "slots": s.count,
             "slot_bytes": self.layout.nbytes if self.layout else 0,
             "slots_held_by_user": s.leased,
+            "slots_in_use": s.acquired,
             "slot_copies": s.copies,
             "slot_gpu_waits": s.gpu_waits,
         }
@@ -130,3 +150,42 @@ class LoaderSlots:
             self._pool.close()
         self._pool = None
         self.layout = None
+
+
+class SlotClaim:
+    """A thread worker's slot, taken when the worker starts writing its task.
+
+    Taken when the task was queued instead, a task waiting behind another in its
+    worker's inbox held a slot it did not write yet; refilled on delivery, a plain loop
+    then touched one slot per task in flight, plus the batch just delivered and the one
+    it still held.  Taken at the start, tasks waiting hold none.
+    """
+
+    __slots__ = ("_cancelled", "_lock", "_pool", "_slot")
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._slot: Any = None
+        self._cancelled = False
+
+    def take(self) -> Any:
+        """In the worker: a free slot's array to write the batch into, or None (no free
+        slot, or the task was settled): then the batch goes to fresh memory."""
+        with self._lock:
+            if self._cancelled:
+                return None
+            if self._slot is None:
+                try:
+                    self._slot = self._pool.acquire(timeout_s=0)
+                except (TimeoutError, ClosedError):
+                    return None
+            return self._slot.array
+
+    def settle(self) -> Any:
+        """In the loader, once the task's result is back or its workers are stopped: the
+        slot taken (or None); later :meth:`take` calls get None."""
+        with self._lock:
+            self._cancelled = True
+            slot, self._slot = self._slot, None
+            return slot

@@ -51,7 +51,8 @@ class Task:
     index: Any
     """A list of indices, one index, or placeholders for an iterable dataset."""
     slot: Any = None
-    """Where to write the batch: an ndarray (threads) or a SlotRef (processes)."""
+    """Where to write the batch: a SlotClaim (thread workers: the slot is taken when the
+    worker starts writing), an ndarray (``num_workers=0``) or a SlotRef (processes)."""
     layout: _collate.SlotMap | None = None
 
 

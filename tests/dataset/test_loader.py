@@ -6,6 +6,7 @@ The datasets and helpers live in ``tests/_datasets.py``.
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import numpy as np
@@ -234,14 +235,80 @@ def test_thread_workers_keep_prefetch_factor_tasks_each_in_flight(prefetch_facto
     with loader:
         it = iter(loader)
         first = next(it)
-        # Holding one batch and asking for no other, the workers read only the tasks
-        # handed out before it: in_flight batches, the one the user holds among them.
-        assert _reads_settle(ds) == 4 * in_flight
+        # Holding one batch and asking for no other, the workers read it and in_flight
+        # more: as torch, the place a delivered batch frees is refilled on delivery.
+        assert _reads_settle(ds) == 4 * (in_flight + 1)
         assert first[1].tolist() == [0, 1, 2, 3]
         labels = [first[1]] + [lab for _, lab in it]
         assert torch.cat(labels).tolist() == list(range(200))
         # One slot per task in flight, the batch the user holds and one being handed over.
         assert loader.stats()["slots"] == in_flight + 2
+
+
+class _GatedImageDS(RecordingImageDS):
+    """RecordingImageDS whose samples of batch ``gated`` (of 4) wait for ``gate``."""
+
+    def __init__(self, n, gated):
+        super().__init__(n)
+        self.gated = gated
+        self.gate = threading.Event()
+
+    def __getitem__(self, i):
+        if i // 4 == self.gated and not self.gate.wait(30):
+            raise TimeoutError("the test never opened the gate")
+        return super().__getitem__(i)
+
+
+def test_a_thread_workers_queued_task_holds_no_slot_until_the_worker_starts_it():
+    ds = _GatedImageDS(200, gated=12)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, worker_kind="thread")
+    with loader:
+        it = iter(loader)
+        try:
+            labels = [v for _, (_, lab) in zip(range(12), it) for v in lab.tolist()]
+            # Batches 12-15 are in flight: worker 0 writes 12 (stuck at the gate), 14
+            # waits in its inbox; worker 1 has written 13 and 15.  Only those three hold
+            # a slot (the user kept no batch).
+            _reads_settle(ds)
+            stats = loader.stats()
+            assert (stats["slots_in_use"], stats["slots_held_by_user"]) == (3, 0)
+        finally:
+            ds.gate.set()
+        labels += [v for _, lab in it for v in lab.tolist()]
+    assert labels == list(range(200))
+
+
+class _SamplerFault(Exception):
+    pass
+
+
+class _BatchesThenFault:
+    """A batch sampler: ``good`` batches of 4, then it raises."""
+
+    def __init__(self, good: int) -> None:
+        self.good = good
+
+    def __iter__(self):
+        for b in range(self.good):
+            yield list(range(4 * b, 4 * b + 4))
+        raise _SamplerFault(f"sampler broke after {self.good} batches")
+
+    def __len__(self) -> int:
+        return self.good + 1
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_batch_made_before_the_sampler_fails_is_delivered_then_the_error(kind):
+    # Four tasks in flight: the sampler fails on the refill after the third batch; that
+    # batch is still delivered, and the error comes at the next call.
+    loader = DataLoader(
+        ImageDS(40), batch_sampler=_BatchesThenFault(6), num_workers=2, worker_kind=kind
+    )
+    got = []
+    with loader, pytest.raises(_SamplerFault, match="after 6 batches"):
+        for _, labels in loader:
+            got.append(labels.tolist())
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
 
 
 def test_process_workers_keep_two_tasks_each_in_flight_by_default():
