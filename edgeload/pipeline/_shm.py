@@ -196,7 +196,8 @@ def sweep_stale_segments(shm_dir: str = SHM_DIR, *, force: bool = False) -> list
 
 
 class HostMemory:
-    """Private page-aligned memory (anonymous mmap)."""
+    """Page-aligned anonymous memory for this process's threads (an ``mmap`` of no
+    file, which maps it shared: shmem, in small pages)."""
 
     name: str | None = None
     shm_dir = ""
