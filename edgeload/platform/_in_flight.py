@@ -9,10 +9,12 @@ slot size it knows; the DataLoader once its first batch has shown the size.
 from __future__ import annotations
 
 # Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,
-# for thread workers too.  One per thread worker was measured (2,000 JPEGs -> 224x224,
-# 2 cores, docs/performance.md, Datasets): 9 MiB (two batch slots) less PSS, at a speed
-# the loaded box could not tell apart (0.68-1.74x per round, median 0.90x); a worker
-# that finishes first waits for its turn, so it stays opt-in until it is shown free.
+# for thread workers too.  One per thread worker (2,000 JPEGs -> 224x224, 2 cores;
+# docs/performance.md, "Datasets: the bound of two bare threads, and slots refilled on
+# delivery") saves one or two batch slots (7-14 MiB of PSS) at 0.93-1.05x the speed
+# (median per round, three runs) with a consumer that takes no time; but a consumer
+# whose step stalls every 8th batch got 0.77-0.86x, and batches of 4 with uneven
+# samples 0.87-0.93x: two stays.
 PREFETCH_PER_WORKER = 2
 
 
