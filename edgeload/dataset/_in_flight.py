@@ -41,16 +41,20 @@ class TasksInFlight:
         self._next_pos = progress.yielded
         self._deferred: Exception | None = None  # raised by a refill on delivery
         # Thread workers take their task's slot when they start writing it (SlotClaim)
-        self._claims = settings.worker_kind == "thread" and settings.num_workers > 0
+        self._claims = settings.worker_kind == "thread"
+        # Without workers a task runs as it is submitted: a refill would load the next
+        # batch before this one is returned
+        self._refill_on_delivery = settings.num_workers > 0
 
     def next_result(self) -> tuple[Result, Any] | None:
         """The next result and its task's slot; None once every task's result was taken.
 
-        The place the result frees goes to a worker at once, as torch refills on
-        delivery: waiting for the caller's next call would leave the worker that made
-        this batch idle while the caller uses it.  What that refill raises (the
+        With workers, the place the result frees goes to one at once, as torch refills
+        on delivery: waiting for the caller's next call would leave the worker that
+        made this batch idle while the caller uses it.  What that refill raises (the
         sampler's error, a dead worker) comes at the next call, so this batch is not
-        lost to it.
+        lost to it.  Without workers (``num_workers=0``) each batch is loaded when it
+        is asked for, as torch does.
         """
         if self._deferred is not None:
             exc, self._deferred = self._deferred, None
@@ -60,10 +64,11 @@ class TasksInFlight:
         if result is None:
             return None
         slot = self._slots.settle(self._slots_held.pop(result.position))
-        try:
-            self._fill()
-        except Exception as exc:  # re-raised as it was, at the next call
-            self._deferred = exc
+        if self._refill_on_delivery:
+            try:
+                self._fill()
+            except Exception as exc:  # re-raised as it was, at the next call
+                self._deferred = exc
         return result, slot
 
     def _fill(self) -> None:

@@ -245,6 +245,18 @@ def test_thread_workers_keep_prefetch_factor_tasks_each_in_flight(prefetch_facto
         assert loader.stats()["slots"] == in_flight + 2
 
 
+def test_no_workers_read_only_the_batch_asked_for():
+    # As torch's num_workers=0: the calling thread loads each batch when it is asked
+    # for, never the next one ahead (no refill on delivery without workers).
+    ds = RecordingImageDS(40)
+    with DataLoader(ds, batch_size=4, num_workers=0) as loader:
+        it = iter(loader)
+        assert next(it)[1].tolist() == [0, 1, 2, 3]
+        assert ds.read == [0, 1, 2, 3]
+        assert next(it)[1].tolist() == [4, 5, 6, 7]
+        assert ds.read == list(range(8))
+
+
 class _GatedImageDS(RecordingImageDS):
     """RecordingImageDS whose samples of batch ``gated`` (of 4) wait for ``gate``."""
 
