@@ -30,6 +30,7 @@ raises RuntimeError then too).  Worker death and timeouts are RuntimeErrors, as 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -44,7 +45,41 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerTimeout",
+    "redact",
 ]
+
+
+# A camera URL's password never reaches a message, a log record, stats() or the CLI:
+# everything edgeload shows passes through redact(), and only the opening code sees the
+# real URL.  The user name stays (it tells which account failed); the password goes.
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s'\"<>]*)@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;](?:password|passwd|pass|pwd|secret|token|access_token|auth|key|api_key"
+    r"|apikey|sig|signature)=)[^&;#\s'\"<>]*",
+    re.IGNORECASE,
+)
+REDACTED = "***"
+
+
+def _hide_password(match: re.Match[str]) -> str:
+    user, colon, _ = match.group("info").partition(":")
+    hidden = f"{user}:{REDACTED}" if colon else REDACTED
+    return f"{match.group('scheme')}{hidden}@"
+
+
+def redact(text: object) -> str:
+    """``text`` (a URL, or any message holding URLs) with its credentials hidden.
+
+    ``rtsp://admin:Secret@cam/stream`` becomes ``rtsp://admin:***@cam/stream``, a lone
+    token (``https://token@host``) becomes ``***@``, and ``password=``, ``token=`` and
+    similar query values become ``***``.  Anything else is returned as ``str(text)``.
+    """
+    out = str(text)
+    if "@" in out:
+        out = _USERINFO.sub(_hide_password, out)
+    if "=" in out:
+        out = _SECRET_QUERY.sub(lambda m: m.group("key") + REDACTED, out)
+    return out
 
 
 class EdgeloadError(Exception):
