@@ -45,7 +45,6 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerTimeout",
-    "redact",
 ]
 
 
