@@ -44,7 +44,7 @@ _LAZY = {
     "cuda_device": ".cuda.status",
     "cuda_status": ".cuda.status",
     "DeviceCopier": ".cuda.transfer",
-    "as_cuda_tensor": ".cuda.zero_copy",
+    "as_cuda_tensor": ".cuda.memory",
     "DataLoader": ".dataset.loader",
     "get_worker_info": ".dataset.loader",
     "Prefetcher": ".pipeline.prefetch",
@@ -67,9 +67,9 @@ _LAZY = {
 if _TYPE_CHECKING:
     from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
     from .checkpoint import load_state, save_state
+    from .cuda.memory import as_cuda_tensor
     from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
     from .cuda.transfer import DeviceCopier
-    from .cuda.zero_copy import as_cuda_tensor
     from .dataset.loader import DataLoader, get_worker_info
     from .pipeline.prefetch import Prefetcher
     from .pipeline.slots import SlotPool
