@@ -1,6 +1,6 @@
 """Auto-tune: the tuned configuration against the untuned plan and the peers' defaults.
 
-Two workloads, each tuned first with ``edgeload.autotune.tune`` (``--budget`` seconds), then
+Two workloads, each tuned first with ``edgeload.tuning.tune`` (``--budget`` seconds), then
 every contender measured in its own fresh process (so its memory is its own), the
 contenders interleaved over ``--repeats`` rounds, medians reported:
 

@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from edgeload.cuda.gpu_use import wait_gpu_idle
-from edgeload.cuda.memory import allocate_gpu_array
+from edgeload.cuda._lease import wait_gpu_idle
+from edgeload.cuda.memory import allocate_gpu_array, as_cuda_tensor
 from edgeload.cuda.status import check_memory_mode, cuda_device, cuda_status
 from edgeload.cuda.transfer import DeviceCopier
-from edgeload.cuda.zero_copy import as_cuda_tensor
 
 METHODS = ("pageable", "stock_pin_memory", "pinned", "mapped", "managed")
 _WAIT_S = 30.0

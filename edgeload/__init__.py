@@ -6,8 +6,6 @@ from . import _floor  # noqa: F401
 
 # isort: split
 import importlib as _importlib
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -32,10 +30,10 @@ from .errors import (
 # (about half the package: ~2 MiB and ~100 ms of imports on x86, several times that on
 # a Pi).  Name -> the module that defines it.
 _LAZY = {
-    "DatasetWorkload": ".autotune.tune",
-    "TuneResult": ".autotune.tune",
-    "VideoWorkload": ".autotune.tune",
-    "autotune": ".autotune.tune",
+    "DatasetWorkload": ".tuning.tune",
+    "TuneResult": ".tuning.tune",
+    "VideoWorkload": ".tuning.tune",
+    "autotune": ".tuning.tune",
     "load_state": ".checkpoint",
     "save_state": ".checkpoint",
     "CudaDevice": ".cuda.status",
@@ -44,7 +42,7 @@ _LAZY = {
     "cuda_device": ".cuda.status",
     "cuda_status": ".cuda.status",
     "DeviceCopier": ".cuda.transfer",
-    "as_cuda_tensor": ".cuda.zero_copy",
+    "as_cuda_tensor": ".cuda.memory",
     "DataLoader": ".dataset.loader",
     "get_worker_info": ".dataset.loader",
     "Prefetcher": ".pipeline.prefetch",
@@ -65,11 +63,10 @@ _LAZY = {
 }
 
 if _TYPE_CHECKING:
-    from .autotune.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
     from .checkpoint import load_state, save_state
+    from .cuda.memory import as_cuda_tensor
     from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
     from .cuda.transfer import DeviceCopier
-    from .cuda.zero_copy import as_cuda_tensor
     from .dataset.loader import DataLoader, get_worker_info
     from .pipeline.prefetch import Prefetcher
     from .pipeline.slots import SlotPool
@@ -77,11 +74,12 @@ if _TYPE_CHECKING:
     from .platform.plan import Plan, Threads, plan_for
     from .platform.probe import Platform, probe
     from .platform.profile import Profile, load_profile
+    from .tuning.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
     from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
 
 
 # Modules reachable as attributes (`el.cuda.HostEngine`), as when the package loaded them
-# all; `autotune` stays the function above.
+# all; `el.autotune` is the function, `el.tuning` the subpackage behind it.
 _SUBMODULES = frozenset(
     (
         "checkpoint",
@@ -91,6 +89,7 @@ _SUBMODULES = frozenset(
         "measure",
         "pipeline",
         "platform",
+        "tuning",
         "video",
         "vocabulary",
     )
@@ -106,22 +105,6 @@ def __getattr__(name: str) -> _Any:
 def __dir__() -> "list[str]":
     return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
 
-
-class _Package(_types.ModuleType):
-    """Keeps ``edgeload.autotune`` the function.
-
-    Loading the subpackage ``edgeload.autotune`` (by the CLI, or by
-    ``import edgeload.autotune.tune``) binds it as an attribute of this package, which
-    would hide the public function of the same name.
-    """
-
-    def __setattr__(self, name: str, value: _Any) -> None:
-        if name == "autotune" and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ArgumentError",

@@ -57,7 +57,7 @@ TARGET_TESTS=(
     tests/video/test_streams.py               # StreamLoader on a file
     tests/video/test_gst.py::test_file_decodes_through_a_gstreamer_pipeline
     tests/video/test_gst.py::test_raw_pipeline_is_a_live_source
-    tests/autotune/test_autotune.py::test_dataset_autotune_from_a_factory   # a short autotune
+    tests/tuning/test_autotune.py::test_dataset_autotune_from_a_factory   # a short autotune
 )
 
 log_tag=test-targets

@@ -50,7 +50,7 @@ def test_a_dataset_program_does_not_load_the_video_path():
     loaded = _loaded_after("from edgeload import DataLoader")
     assert "edgeload.dataset" in loaded
     assert "edgeload.video" not in loaded
-    assert "edgeload.autotune" not in loaded
+    assert "edgeload.tuning" not in loaded
     assert "edgeload.dataset" not in _loaded_after("from edgeload import StreamLoader")
 
 
@@ -72,12 +72,13 @@ def test_a_loader_with_host_slots_loads_no_cuda_runtime():
 
 
 def test_autotune_stays_the_function_once_its_subpackage_is_loaded():
-    import edgeload.autotune.tune
     import edgeload.cli.autotune  # loads the subpackage too
+    import edgeload.tuning.tune
 
-    assert edgeload.autotune is edgeload.autotune.__globals__["autotune"]
+    assert edgeload.autotune is edgeload.tuning.tune.autotune
     assert callable(edgeload.autotune)
-    assert edgeload.autotune.__module__ == "edgeload.autotune.tune"
+    assert edgeload.autotune.__module__ == "edgeload.tuning.tune"
+    assert edgeload.tuning is sys.modules["edgeload.tuning"]
 
 
 def test_subpackages_are_attributes_as_before():
@@ -85,11 +86,19 @@ def test_subpackages_are_attributes_as_before():
     code = (
         "import edgeload as el; "
         "print(el.cuda.HostEngine.__name__, el.video.StreamLoader.__name__, "
-        "el.pipeline.SlotPool.__name__, el.checkpoint.save_state.__name__, callable(el.autotune))"
+        "el.pipeline.SlotPool.__name__, el.checkpoint.save_state.__name__, callable(el.autotune), "
+        "el.tuning.TuneResult.__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["HostEngine", "StreamLoader", "SlotPool", "save_state", "True"]
+    assert out.stdout.split() == [
+        "HostEngine",
+        "StreamLoader",
+        "SlotPool",
+        "save_state",
+        "True",
+        "TuneResult",
+    ]
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_it():

@@ -30,7 +30,7 @@ RANK = {
     "pipeline": 4,
     "dataset": 5,
     "video": 5,
-    "autotune": 6,
+    "tuning": 6,
     "cli": 7,
     "__main__": 8,
     "": 9,  # edgeload/__init__.py re-exports everything

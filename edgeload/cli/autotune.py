@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 from .._deps import has_module
-from ..autotune._report import ProgressLine, format_table, save_plot
 from ..errors import MissingDependency, ProfileError
 from ..platform.profile import PROFILE_ENV, tuned_profile_path
+from ..tuning._report import ProgressLine, format_table, save_plot
 from .probe import _frame
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -71,8 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _workload(args: argparse.Namespace) -> Any:
-    from ..autotune._loaders import DatasetWorkload, VideoWorkload
-    from ..autotune._workloads import load_factory
+    from ..tuning._workloads import DatasetWorkload, VideoWorkload, load_factory
 
     if args.video:
         if args.batch is not None and args.batch < 1:
@@ -85,8 +84,8 @@ def _workload(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Check the input, run the trials, print the table, write the winner."""
-    from ..autotune.tune import autotune, write_profile
     from ..platform.probe import probe
+    from ..tuning.tune import autotune, write_profile
 
     if args.plot and not has_module("matplotlib"):  # fail before the trials, not after
         raise MissingDependency(

@@ -3,8 +3,8 @@
 ``HostEngine`` runs the same GPU code paths on CPU threads (see :mod:`.host_engine`).
 
 The names below load on first use: a loader whose slots stay in host memory imports
-only :mod:`.slot_mode` from here, not the CUDA runtime, engines and copier (11 modules
-and 0.37 MiB of anonymous memory for a two-thread DataLoader run on x86).
+only :mod:`.slot_mode` from here, not the CUDA runtime, engines and copier (about
+0.37 MiB of anonymous memory for a two-thread DataLoader run on x86).
 """
 
 from typing import TYPE_CHECKING, Any, List
@@ -20,15 +20,15 @@ _LAZY = {
     "cuda_device": ".status",
     "cuda_status": ".status",
     "DeviceCopier": ".transfer",
-    "as_cuda_tensor": ".zero_copy",
+    "as_cuda_tensor": ".memory",
 }
 
 if TYPE_CHECKING:
     from .engine import CudaEngine
     from .host_engine import HostEngine
+    from .memory import as_cuda_tensor
     from .status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
     from .transfer import DeviceCopier
-    from .zero_copy import as_cuda_tensor
 
 
 def __getattr__(name: str) -> Any:

@@ -27,8 +27,7 @@ from typing import Any, Protocol
 from .._deps import require_torch
 from ..errors import PlatformError
 from . import _runtime as _cuda
-from ._fences import Fences
-from ._owner import SlotMemory, find_owner
+from ._lease import Fences, SlotMemory, find_owner
 from .status import CudaStatus, check_memory_mode, cuda_device, cuda_status
 
 __all__ = [

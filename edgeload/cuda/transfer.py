@@ -5,7 +5,7 @@ is queued on the copier's own stream with ``non_blocking=True``, so it runs whil
 model is still busy with the previous batch on the consumer's stream. A CUDA event
 marks the end of the copy; it orders the consumer after the copy
 (:meth:`Transfer.tensor`) and fences the slot, which may be rewritten once the copy
-is done (see :mod:`edgeload.cuda.gpu_use`) rather than once the model is done.
+is done (see :mod:`edgeload.cuda._lease`) rather than once the model is done.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import numpy as np
 from .._compat import tensor_nbytes
 from .._deps import require_torch
 from ..errors import PlatformError
+from ._lease import record_gpu_use
 from .engine import default_engine
-from .gpu_use import record_gpu_use
-from .memory import memory_mode_of
-from .zero_copy import as_cuda_tensor
+from .memory import as_cuda_tensor, memory_mode_of
 
 __all__ = ["DeviceCopier", "Transfer"]
 
@@ -108,7 +107,7 @@ class DeviceCopier:
         Args:
             view: the batch.
             hold: keep ``view`` alive, and its bytes fenced, until the copy has run (see
-                edgeload.cuda.gpu_use.gpu_busy). A slot pool that leased ``view`` with
+                edgeload.cuda._lease.gpu_busy). A slot pool that leased ``view`` with
                 this copier's stream current fences it by itself: pass False there.
         """
         torch = require_torch()
@@ -130,7 +129,7 @@ class DeviceCopier:
         """Bring a slot view to the GPU the way its memory mode allows.
 
         ``mapped`` and ``managed`` memory is viewed in place (zero copies, see
-        edgeload.cuda.zero_copy.as_cuda_tensor); ``pinned`` memory is copied asynchronously
+        edgeload.cuda.memory.as_cuda_tensor); ``pinned`` memory is copied asynchronously
         (copy()); ``host`` memory is copied while the CPU waits.
 
         Args:

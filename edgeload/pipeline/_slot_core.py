@@ -95,7 +95,7 @@ class PoolCore:
 
     With a ``guard`` (GPU memory modes), a slot the consumer drops is fenced on the
     consumer's stream before it goes back to ``free``; a free slot is handed out only
-    once its fence has completed (see edgeload.cuda.gpu_use.SlotGuard).
+    once its fence has completed (see edgeload.cuda._lease.SlotGuard).
     """
 
     def __init__(self, name: str) -> None:
@@ -113,7 +113,7 @@ class PoolCore:
         self.acquired: set[int] = set()
         self.leased: dict[int, weakref.ref[np.ndarray]] = {}
         self.retired: set[int] = set()
-        self.guard: Any = None  # a GPU mode's SlotGuard (edgeload.cuda.gpu_use)
+        self.guard: Any = None  # a GPU mode's SlotGuard (edgeload.cuda._lease)
         self.copies = 0  # leases delivered as copies (SlotStats.copies)
         self.gpu_waits = 0  # acquires that waited for the GPU (SlotStats.gpu_waits)
         self.closed = False

@@ -122,8 +122,8 @@ class SlotStore:
         self._core = core
         self._allocator: Allocator | None = None
         if mode in GPU_MEMORY_MODES and (engine is not None or mode not in _CUSTOM):
+            from ..cuda._lease import SlotGuard
             from ..cuda.engine import default_engine
-            from ..cuda.gpu_use import SlotGuard
 
             engine = engine if engine is not None else default_engine()
             self._allocator = _gpu(mode, engine)

@@ -1,7 +1,7 @@
 """The facts a probe returns: frozen, JSON-ready dataclasses, and nothing that reads files.
 
-Kept apart from :mod:`edgeload.platform.probe` so the readers (``_collect``, ``_hw``,
-``_live`` ...) build these types without importing the probe that calls them.
+Kept apart from :mod:`edgeload.platform.probe` so the modules it calls (``_live``,
+``_boards``) build these types without importing the probe that calls them.
 """
 
 from __future__ import annotations

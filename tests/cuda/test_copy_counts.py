@@ -16,9 +16,9 @@ from test_lease_on_engine import _BATCH, Samples
 
 from edgeload import DataLoader
 from edgeload._compat import tensor_nbytes
-from edgeload.cuda._owner import find_owner
+from edgeload.cuda._lease import find_owner
 from edgeload.cuda.host_engine import HostEngine
-from edgeload.cuda.zero_copy import as_cuda_tensor
+from edgeload.cuda.memory import as_cuda_tensor
 from edgeload.video import StreamLoader
 
 

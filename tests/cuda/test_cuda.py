@@ -14,11 +14,10 @@ import weakref
 import numpy as np
 import pytest
 
-from edgeload.cuda.gpu_use import gpu_busy, record_gpu_use, wait_gpu_idle
-from edgeload.cuda.memory import allocate_gpu_array, memory_mode_of
+from edgeload.cuda._lease import gpu_busy, record_gpu_use, wait_gpu_idle
+from edgeload.cuda.memory import allocate_gpu_array, as_cuda_tensor, memory_mode_of
 from edgeload.cuda.status import GPU_MEMORY_MODES, check_memory_mode, cuda_device
 from edgeload.cuda.transfer import DeviceCopier
-from edgeload.cuda.zero_copy import as_cuda_tensor
 from edgeload.pipeline.slots import SlotPool
 
 pytestmark = pytest.mark.cuda

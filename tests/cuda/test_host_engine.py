@@ -1,7 +1,7 @@
 """The GPU-mode code paths on the host engine: streams, events, fences, views, slot reuse.
 
-Each test here runs the very code a CUDA machine runs (edgeload.cuda.memory, gpu_use,
-zero_copy, transfer, the slot pool's GPU guard); only the engine underneath is HostEngine,
+Each test here runs the very code a CUDA machine runs (edgeload.cuda.memory, _lease,
+transfer, the slot pool's GPU guard); only the engine underneath is HostEngine,
 whose copies read their source when they run, not when they are queued, as a DMA engine
 does.
 """
@@ -20,11 +20,15 @@ import pytest
 import torch
 
 from edgeload.cuda import _runtime as _cuda
-from edgeload.cuda.gpu_use import gpu_busy
+from edgeload.cuda._lease import gpu_busy
 from edgeload.cuda.host_engine import HostEngine
-from edgeload.cuda.memory import allocate_gpu_array, memory_mode_of
+from edgeload.cuda.memory import (
+    allocate_gpu_array,
+    as_cuda_tensor,
+    cuda_array_interface,
+    memory_mode_of,
+)
 from edgeload.cuda.transfer import DeviceCopier
-from edgeload.cuda.zero_copy import as_cuda_tensor, cuda_array_interface
 from edgeload.errors import PlatformError
 from edgeload.pipeline.slots import SlotPool
 
@@ -158,7 +162,7 @@ def test_a_read_only_view_gives_a_writable_interface(engine):
     flat = allocate_gpu_array("mapped", 4096, engine=engine)
     view = flat[:64]
     view.flags.writeable = False
-    from edgeload.cuda._owner import find_owner
+    from edgeload.cuda._lease import find_owner
 
     assert cuda_array_interface(view, find_owner(view))["data"][1] is False
     tensor = as_cuda_tensor(view)
@@ -168,7 +172,7 @@ def test_a_read_only_view_gives_a_writable_interface(engine):
 def test_managed_memory_on_the_legacy_stream_attaches_globally(engine):
     """Defect 3: cudaMemAttachSingle is invalid on the NULL stream torch uses by default."""
     flat = allocate_gpu_array("managed", 4096, engine=engine)
-    from edgeload.cuda._owner import find_owner
+    from edgeload.cuda._lease import find_owner
 
     owner = find_owner(flat)
     assert owner.attach_per_stream
@@ -242,11 +246,11 @@ def test_cudart_of_torchs_cuda_release_comes_before_another_mapped_one(tmp_path,
 def test_views_alive_at_interpreter_exit_make_no_events():
     """Defect 5: fences made in finalisers at exit fail once the runtime is torn down."""
     script = (
-        "import torch, edgeload.cuda.memory as m, edgeload.cuda.zero_copy as z\n"
+        "import torch, edgeload.cuda.memory as m\n"
         "from edgeload.cuda.host_engine import HostEngine\n"
         "e = HostEngine()\n"
         "flat = m.allocate_gpu_array('mapped', 4096, engine=e)\n"
-        "kept = z.as_cuda_tensor(flat[:16])\n"
+        "kept = m.as_cuda_tensor(flat[:16])\n"
         "e.new_event = None  # any event made from here on would raise\n"
     )
     done = subprocess.run(

@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 
 from edgeload import DataLoader
 from edgeload.cuda.host_engine import HostEngine
-from edgeload.cuda.memory import memory_mode_of
-from edgeload.cuda.zero_copy import as_cuda_tensor
+from edgeload.cuda.memory import as_cuda_tensor, memory_mode_of
 from edgeload.errors import PlatformError
 from edgeload.video import StreamLoader
 

@@ -19,9 +19,15 @@ import numpy as np
 import pytest
 
 from edgeload.cuda import _runtime as _cuda
-from edgeload.cuda._fences import Fences, hold_until_done, pending_holds
-from edgeload.cuda.gpu_use import gpu_busy, record_gpu_use, wait_gpu_idle
-from edgeload.cuda.memory import allocate_gpu_array, gpu_allocator, memory_mode_of
+from edgeload.cuda._lease import (
+    Fences,
+    gpu_busy,
+    hold_until_done,
+    pending_holds,
+    record_gpu_use,
+    wait_gpu_idle,
+)
+from edgeload.cuda.memory import allocate_gpu_array, as_cuda_tensor, gpu_allocator, memory_mode_of
 from edgeload.cuda.status import (
     GPU_MEMORY_MODES,
     MEMORY_MODES,
@@ -32,7 +38,6 @@ from edgeload.cuda.status import (
     resolve_memory_mode,
 )
 from edgeload.cuda.transfer import DeviceCopier
-from edgeload.cuda.zero_copy import as_cuda_tensor
 from edgeload.errors import PlatformError, ProfileError
 from edgeload.pipeline.slots import SlotPool
 

@@ -278,7 +278,7 @@ def test_a_fresh_segment_is_not_swept_before_its_owner_locks_it(tmp_path):
 
 def test_managed_slots_get_one_allocation_each():
     """Managed memory attaches to a stream per allocation, so slots must not share one."""
-    from edgeload.cuda._owner import find_owner
+    from edgeload.cuda._lease import find_owner
     from edgeload.cuda.host_engine import HostEngine
 
     def allocations(mode):

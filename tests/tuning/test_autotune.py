@@ -25,16 +25,25 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from edgeload import cli, load_profile, plan_for, probe
-from edgeload.autotune._profile_file import render_toml
-from edgeload.autotune._report import format_table
+from edgeload.tuning._profile_file import render_toml
+from edgeload.tuning._report import format_table
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # the package's own dependency below 3.11
     import tomli as tomllib
-from edgeload.autotune._search import Knob, coordinate_search, grid_size, pick_winner
-from edgeload.autotune.tune import Trial, TuneResult, VideoWorkload, autotune, write_profile
 from edgeload.cli.autotune import parse_memory
+from edgeload.tuning.tune import (
+    Knob,
+    Trial,
+    TuneResult,
+    VideoWorkload,
+    autotune,
+    coordinate_search,
+    grid_size,
+    pick_winner,
+    write_profile,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
 SHORT = ["--trial-seconds", "0.3", "--warmup-seconds", "0.1"]
@@ -151,7 +160,7 @@ def test_toml_writer_round_trips_through_tomllib(table):
 
 
 def _result(config):
-    from edgeload.autotune._workloads import Measurement
+    from edgeload.tuning._workloads import Measurement
 
     m = Measurement(100, 1.0, 100.0, 1.0, 2.0, 200 << 20, 90.0, 120 << 20)
     return TuneResult("test", "throughput", 1 << 30, [Trial(0, config, "ok", m, 100.0)],
@@ -327,7 +336,7 @@ def test_help_lists_the_options(capsys):
 
 
 def _two_trials():
-    from edgeload.autotune._workloads import Measurement
+    from edgeload.tuning._workloads import Measurement
 
     slow = Measurement(100, 1.0, 100.0, 1.0, 2.0, 200 << 20, 90.0, 120 << 20)
     fast = Measurement(150, 1.0, 150.0, 1.0, 2.0, 260 << 20, 95.0, 180 << 20)
@@ -339,7 +348,7 @@ def _two_trials():
 
 def test_plot_is_a_png_of_every_trial(tmp_path):
     pytest.importorskip("matplotlib")
-    from edgeload.autotune._report import save_plot
+    from edgeload.tuning._report import save_plot
 
     path = save_plot(_two_trials(), tmp_path / "plots" / "trials.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -347,7 +356,7 @@ def test_plot_is_a_png_of_every_trial(tmp_path):
 
 
 def test_plot_without_matplotlib_names_the_extra(tmp_path, monkeypatch, capsys, small_clip):
-    from edgeload.autotune._report import save_plot
+    from edgeload.tuning._report import save_plot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an absent package does
     with pytest.raises(ImportError, match=r"edgeload\[plot\]"):
