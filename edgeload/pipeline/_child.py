@@ -18,10 +18,10 @@ from typing import Any, Tuple
 
 from ..errors import PlatformError
 from ._channel import Channel, wait_ready
+from ._failure import Failure
+from ._lifecycle import POLL_INTERVAL_S, limit_library_threads
 from ._shm import SHM_DIR, detach_all
 from ._torch_shm import install as reserve_torch_shm
-from .failure import Failure
-from .lifecycle import POLL_INTERVAL_S, limit_library_threads
 
 INIT_INDEX = -1
 """The task index a failed ``init_fn`` reports under."""

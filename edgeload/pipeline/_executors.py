@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import WorkerError
 from ._child import Message, run_task
+from ._lifecycle import POLL_INTERVAL_S, join_threads, limit_library_threads, thread_name
 from ._processes import ProcessExecutor, start_processes
 from ._worker_info import WorkerInfo, set_current
-from .lifecycle import POLL_INTERVAL_S, join_threads, limit_library_threads, thread_name
 
 _STOP = object()
 

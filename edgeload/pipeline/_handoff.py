@@ -2,7 +2,7 @@
 
 A producer waits for room on a ``Condition``; the consumer, often the main thread where
 Ctrl-C lands, takes the same lock with ``with`` (C code, unlike ``Condition.__enter__``)
-and waits for an item on :class:`~.lifecycle.Wakeups` holding no lock, so Ctrl-C can
+and waits for an item on :class:`~._lifecycle.Wakeups` holding no lock, so Ctrl-C can
 never leave the lock held (issue #13). The queue's lifecycle lives here too: close
 wakes every waiter, who then raises ClosedError.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ClosedError, WaitTimeout, WorkerTimeout
 from ._held import HeldItems
-from .lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
+from ._lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
 
 __all__ = ["Handoff"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import WorkerError, WorkerTimeout
-from .failure import Failure, worker_error
+from ._failure import Failure, worker_error
 
 __all__ = ["PendingTasks", "WorkerResult"]
 

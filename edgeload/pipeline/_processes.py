@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import WorkerError
 from ._channel import Channel, Undecodable, wait_ready
 from ._child import Message, process_main
-from .lifecycle import POLL_INTERVAL_S, thread_env, thread_name
+from ._lifecycle import POLL_INTERVAL_S, thread_env, thread_name
 
 __all__ = ["ProcessExecutor", "start_processes"]
 

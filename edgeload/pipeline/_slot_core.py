@@ -17,9 +17,9 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..errors import ClosedError, WaitTimeout
+from ._lifecycle import POLL_INTERVAL_S, Wakeups
 from ._shm import SlotRef
 from ._slot_returns import collect, on_drop
-from .lifecycle import POLL_INTERVAL_S, Wakeups
 
 __all__ = ["Allocator", "Backing", "PoolCore", "Slot", "SlotStats"]
 

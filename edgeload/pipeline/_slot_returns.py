@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from .lifecycle import Wakeups
+from ._lifecycle import Wakeups
 
 __all__ = ["Releaser", "collect", "on_drop"]
 

@@ -17,7 +17,7 @@ from typing import Final, Generic, Literal, TypeVar
 
 from ._handoff import Handoff
 from ._held import HeldItems, PrefetchStats
-from .lifecycle import Lifecycle
+from ._lifecycle import Lifecycle
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 

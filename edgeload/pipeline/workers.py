@@ -22,9 +22,9 @@ from typing import Any
 from ..errors import ClosedError, EdgeloadError, WorkerError
 from ..vocabulary import WorkerKind
 from ._executors import start_executor
+from ._lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, Lifecycle, interrupted
 from ._pending import PendingTasks, WorkerResult
 from ._worker_info import WorkerInfo, choose_start_method, current_worker
-from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, Lifecycle, interrupted
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
