@@ -21,7 +21,7 @@ from ._channel import Channel, wait_ready
 from ._failure import Failure
 from ._lifecycle import POLL_INTERVAL_S, limit_library_threads
 from ._shm import SHM_DIR, detach_all
-from ._torch_shm import install as reserve_torch_shm
+from ._shm import install as reserve_torch_shm
 
 INIT_INDEX = -1
 """The task index a failed ``init_fn`` reports under."""
@@ -44,7 +44,7 @@ def run_task(
 def _explain(exc: Exception) -> Exception:
     """Name the fix when a result could not be sent because /dev/shm is full."""
     if isinstance(exc, PlatformError):
-        return exc  # already says what to do (see _torch_shm)
+        return exc  # already says what to do (see _shm.install)
     text = str(exc)
     if "shared memory" not in text and "No space left" not in text:
         return exc
