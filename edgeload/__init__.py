@@ -2,7 +2,7 @@
 
 # First: on a Python older than the floor (JetPack 4.6's 3.6) this raises a readable
 # ImportError before any module that needs a newer Python is parsed.
-from . import _floor  # noqa: F401
+from . import _compat  # noqa: F401
 
 # isort: split
 import importlib as _importlib

@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ._floor import dependency_problem
+from ._compat import dependency_problem
 from .errors import MissingDependency
 
 _HINTS = {

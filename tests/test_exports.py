@@ -38,7 +38,7 @@ def _loaded_after(code: str, which: str = _OF_INTEREST) -> list[str]:
 def test_import_loads_only_the_errors_until_a_name_is_used():
     # `edgeload --help` and `except edgeload.SourceError` load no numpy and no subpackage.
     assert _loaded_after("import edgeload") == [
-        "edgeload._floor",
+        "edgeload._compat",
         "edgeload._lazy",
         "edgeload._version",
         "edgeload.errors",

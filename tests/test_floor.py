@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from edgeload import MissingDependency, _deps
-from edgeload._floor import check_python, dependency_problem, version_tuple
+from edgeload._compat import check_python, dependency_problem, version_tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeload"
 
@@ -30,8 +30,8 @@ def test_python_36_gets_a_sentence_naming_the_floor_and_what_to_do():
 def test_the_check_runs_before_anything_else_and_parses_on_python_36():
     init = ast.parse((PACKAGE / "__init__.py").read_text())
     first = next(n for n in init.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-    assert isinstance(first, ast.ImportFrom) and [a.name for a in first.names] == ["_floor"]
-    for name in ("__init__.py", "_floor.py"):
+    assert isinstance(first, ast.ImportFrom) and [a.name for a in first.names] == ["_compat"]
+    for name in ("__init__.py", "_compat.py"):
         ast.parse((PACKAGE / name).read_text(), feature_version=(3, 6))
 
 

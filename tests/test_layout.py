@@ -19,8 +19,7 @@ RANK = {
     "errors": 0,
     "_version": 0,
     "vocabulary": 0,
-    "_compat": 0,  # stand-ins for what Python 3.9/3.10 added
-    "_floor": 0,  # the oldest Python, torch and OpenCV
+    "_compat": 0,  # the oldest Python, torch and OpenCV; stand-ins for what 3.9/3.10 added
     "_lazy": 0,  # names a package loads on first use
     "_deps": 1,
     "checkpoint": 1,

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any, Iterator
 
 from ..errors import WorkerError
-from ..pipeline.failure import Failure, worker_error
-from ..pipeline.lifecycle import release_frames
+from ..pipeline._failure import Failure, worker_error
+from ..pipeline._lifecycle import release_frames
 from ._in_flight import TasksInFlight
 from ._sampling import EpochOrder
 from ._settings import LoaderSettings

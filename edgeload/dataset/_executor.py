@@ -82,7 +82,7 @@ class PoolExecutor:
     def __init__(
         self, spec: FetchSpec, *, kind: WorkerKind, num_workers: int, start_method: str | None
     ) -> None:
-        from ..pipeline._worker_info import start_method_for
+        from ..pipeline._processes import start_method_for
         from ..pipeline.workers import WorkerPool
 
         self.kind = kind

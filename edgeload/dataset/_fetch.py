@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..pipeline.failure import Failure
+from ..pipeline._failure import Failure
 from . import _collate, _datapipes
 from ._reading import SampleError, SampleReader
 from ._settings import LoaderWorkerKind

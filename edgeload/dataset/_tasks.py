@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pipeline.failure import Failure
+from ..pipeline._failure import Failure
 from . import _collate
 
 

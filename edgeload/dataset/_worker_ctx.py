@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .._deps import require_torch
-from ..pipeline._torch_shm import install as reserve_torch_shm
+from ..pipeline._shm import install as reserve_torch_shm
 
 _local = threading.local()
 _hook_lock = threading.Lock()

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 from ..errors import ClosedError
-from ..pipeline.lifecycle import Lifecycle
+from ..pipeline._lifecycle import Lifecycle
 from ._auto import resolve_plan
 from ._datapipes import check_shuffles_are_seedable
 from ._epoch import EpochIterator

@@ -1,31 +1,532 @@
-"""Worker processes behind :class:`edgeload.pipeline.workers.WorkerPool`.
+"""Process workers behind :class:`edgeload.pipeline.workers.WorkerPool`: who a worker is,
+how its process starts, the pipe it talks over, and what runs inside it.
 
-Each worker has a duplex pipe wrapped in a :class:`~edgeload.pipeline._channel.Channel`:
-the parent never blocks on it. ``send`` queues the task and writes what the pipe takes;
-the rest goes out while ``recv`` waits, and that wait also reads every result that has
-arrived. So a parent and a worker can never deadlock by both writing to full pipes, and
-a worker that stops reading or stops half-way through writing only makes ``recv`` come
-back empty until the pool's timeout turns it into a :class:`~edgeload.errors.WorkerTimeout`
-that names it.
+Who a worker is (:class:`WorkerInfo`, :func:`current_worker`) lives here, beside the
+child's main loop, so a worker process sets its identity without importing the pool
+machinery; thread workers use the same record. :func:`choose_start_method` and
+:func:`start_method_for` pick how worker processes start.
+
+Each worker has a duplex pipe wrapped in a :class:`Channel`: the parent never blocks on
+it. ``send`` queues the task and writes what the pipe takes; the rest goes out while
+``recv`` waits, and that wait also reads every result that has arrived. So a parent and
+a worker can never deadlock by both writing to full pipes, and a worker that stops
+reading or stops half-way through writing only makes ``recv`` come back empty until the
+pool's timeout turns it into a :class:`~edgeload.errors.WorkerTimeout` that names it.
+
+Why a channel: ``Connection.send`` and ``recv`` block until the whole message has moved.
+A parent that sends to a worker which stopped reading (hung, stopped, itself blocked
+writing a result nobody reads) then waits forever, and Ctrl-C cannot get the user out; a
+worker that stops half-way through writing a result does the same to ``recv``. A
+:class:`Channel` keeps what it could not write yet in its own buffer, and assembles what
+arrives a piece at a time, so every wait happens in a ``poll`` with a timeout that the
+caller chooses. Each message is an 8-byte big-endian length and then the pickle
+(``ForkingPickler``, as ``Connection.send`` uses, so torch tensors and file descriptors
+travel the same way).
+
+What runs inside a worker process (:func:`process_main`) is kept apart from
+``workers.py`` so a spawned child imports little before it has capped its thread pools:
+``fn`` arrives pickled and is loaded only after ``limit_library_threads`` has set
+``OMP_NUM_THREADS`` and friends.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
+import dataclasses
+import functools
+import io
 import multiprocessing
+import os
 import pickle
+import select
 import signal
+import struct
+import sys
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+import types
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Tuple
 
-from ..errors import WorkerError
-from ._channel import Channel, Undecodable, wait_ready
-from ._child import Message, process_main
-from .lifecycle import POLL_INTERVAL_S, thread_env, thread_name
+from ..errors import PlatformError, WorkerError
+from ..vocabulary import WorkerKind
+from ._failure import Failure
+from ._lifecycle import POLL_INTERVAL_S, limit_library_threads, thread_env, thread_name
+from ._shm import SHM_DIR, detach_all
+from ._shm import install as reserve_torch_shm
 
-__all__ = ["ProcessExecutor", "start_processes"]
+__all__ = [
+    "Channel",
+    "Message",
+    "ProcessExecutor",
+    "Undecodable",
+    "WorkerInfo",
+    "WorkerKind",
+    "choose_start_method",
+    "current_worker",
+    "process_main",
+    "run_task",
+    "set_current",
+    "start_method_for",
+    "start_processes",
+    "wait_ready",
+]
+
+
+@dataclasses.dataclass
+class WorkerInfo:
+    """Who the current worker is; ``current_worker()`` returns it inside a worker."""
+
+    id: int
+    """0 .. num_workers - 1."""
+    num_workers: int
+    seed: int
+    """The pool's ``seed`` plus ``id``; the caller decides what to seed with it."""
+    kind: WorkerKind
+    name: str
+    """The worker's thread or process name (``edgeload-...``)."""
+    stop_event: threading.Event = dataclasses.field(repr=False, compare=False)
+    """Set when the pool closes (threads) or the worker stops (processes); long tasks
+    check it."""
+    state: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    """Scratch space for this worker, e.g. an iterator made by ``init_fn``."""
+
+
+_local = threading.local()
+_process_info: WorkerInfo | None = None
+
+
+def set_current(info: WorkerInfo) -> None:
+    global _process_info
+    if info.kind == "process":
+        _process_info = info
+    else:
+        _local.info = info
+
+
+def current_worker() -> WorkerInfo | None:
+    """Return the calling worker's :class:`WorkerInfo`, or None outside a worker."""
+    info: WorkerInfo | None = getattr(_local, "info", None)
+    return info if info is not None else _process_info
+
+
+def _cuda_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def _os_thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def choose_start_method(requested: str | None = None) -> str:
+    """Pick the process start method: ``fork`` only when it is safe, else forkserver/spawn.
+
+    ``fork`` copies the parent's memory but not its threads: a lock held by another
+    thread (a BLAS or OpenMP pool, an edgeload prefetch thread, CUDA's driver threads)
+    stays locked forever in the child. So ``fork`` is chosen only while the process has
+    one OS thread and CUDA is not initialised.
+
+    Args:
+        requested: a start method to validate and use, or None to choose.
+
+    Raises:
+        ValueError: ``requested`` is not available on this platform.
+        PlatformError: ``fork`` requested after CUDA was initialised.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if requested is not None:
+        if requested not in methods:
+            raise ValueError(f"start_method must be one of {methods}, got {requested!r}")
+        if requested == "fork" and _cuda_initialised():
+            raise PlatformError(
+                "start_method='fork' after CUDA was initialised: the child cannot use "
+                "CUDA and may deadlock; use 'forkserver' or 'spawn'"
+            )
+        return requested
+    if "fork" in methods and _os_thread_count() == 1 and not _cuda_initialised():
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+class _MainFinder(pickle.Pickler):
+    """Pickles to nowhere, noting the modules of the classes and functions it refers to."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self.modules: set[str] = set()
+
+    @property
+    def uses_main(self) -> bool:
+        return "__main__" in self.modules
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                self.modules.add(module)
+        return NotImplemented
+
+
+def _why_not_picklable(payload: Any) -> tuple[str, _MainFinder]:
+    """('' or why ``payload`` does not pickle, what the pickling saw)."""
+    finder = _MainFinder(io.BytesIO())
+    try:
+        finder.dump(payload)
+    except Exception as exc:  # locals, lambdas, locks, shared values, open files...
+        return f"{type(exc).__name__}: {exc}", finder
+    return "", finder
+
+
+@functools.lru_cache(maxsize=8)
+def _has_main_guard(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return True  # cannot tell: assume the script is written for spawn
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            names = [node.test.left, *node.test.comparators]
+            text = {getattr(n, "id", None) for n in names} | {
+                getattr(n, "value", None) for n in names
+            }
+            if {"__name__", "__main__"} <= text:
+                return True
+    return False
+
+
+def _why_fork(payload: Any) -> tuple[str, set[str]]:
+    """Why only ``fork`` can start workers for ``payload`` here ('' when others can),
+    and the modules the workers would import to unpickle it."""
+    failure, finder = _why_not_picklable(payload)
+    why = _why_fork_given(failure, finder.uses_main)
+    return why, finder.modules
+
+
+def _why_fork_given(failure: str, uses_main: bool) -> str:
+    if failure:
+        return f"what the workers run does not pickle ({failure})"
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None and uses_main:
+        return (
+            "it uses classes or functions of a main module that has no file (interactive "
+            "session, notebook or -c), which spawn/forkserver workers cannot import"
+        )
+    if path is not None and not _has_main_guard(str(path)):
+        return (
+            "the main script has no `if __name__ == '__main__':` guard, so spawn/"
+            "forkserver workers would run it again"
+        )
+    return ""
+
+
+def start_method_for(requested: str | None, payload: Any) -> tuple[str, str]:
+    """The start method for process workers that run ``payload``, and the reason.
+
+    With no request: ``fork`` where only fork can load ``payload`` (it does not pickle,
+    or spawn would re-run an unguarded main script), as torch's default start method on
+    Linux does; otherwise fork while the process has one thread, else forkserver.
+
+    Raises:
+        ValueError / PlatformError: as :func:`choose_start_method`; and when only fork
+            could start these workers but CUDA is initialised.
+    """
+    if requested is not None:
+        return choose_start_method(requested), "requested (multiprocessing_context)"
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" not in methods:
+        method = multiprocessing.get_start_method(allow_none=False)
+        return method, f"this platform cannot fork: its default, {method}"
+    why, modules = _why_fork(payload)
+    if why and _cuda_initialised():
+        raise PlatformError(
+            f"process workers would need fork ({why}), but CUDA is initialised and a "
+            "forked worker cannot use it; define the dataset at module level (so spawn "
+            "can load it), or use worker_kind='thread'"
+        )
+    if why:
+        return "fork", f"fork, as torch does: {why}"
+    method = choose_start_method()
+    if method == "forkserver":
+        _preload_forkserver(modules)
+    return method, _default_reason()
+
+
+_FORKSERVER_PRELOAD = ["__main__", "numpy", "torch"]
+
+
+def _preload_forkserver(modules: set[str]) -> None:
+    """Have the fork server import torch and the dataset's modules once, before it forks.
+
+    Each forkserver worker otherwise imports them itself when it unpickles its dataset:
+    seconds per worker on a small board (torch alone takes one or two). It takes effect
+    only when the server starts, which is the first time any code uses forkserver.
+    """
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is None:
+        extra = sorted(m for m in modules if m != "__main__" and not m.startswith("_"))
+        multiprocessing.set_forkserver_preload([*_FORKSERVER_PRELOAD, *extra])
+
+
+def _default_reason() -> str:
+    if _cuda_initialised():
+        return "CUDA is initialised: forked workers could not use it"
+    threads = _os_thread_count()
+    if threads == 1:
+        return "one thread in this process: fork is safe and starts fastest"
+    return (
+        f"{threads} threads in this process: a forked worker could inherit a lock one of "
+        "them holds; forkserver starts clean (pass multiprocessing_context='fork' to fork)"
+    )
+
+
+# The pipe between the parent and a worker process.
+
+_HEADER = struct.Struct("!Q")
+_READ_CHUNK = 1 << 20
+
+
+class Undecodable:
+    """Stands in for a message that arrived whole but could not be unpickled."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+class Channel:
+    """Buffered, non-blocking messages over ``conn``'s socket (which it keeps open).
+
+    Args:
+        conn: one end of ``multiprocessing.Pipe(duplex=True)``.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.fd = conn.fileno()
+        os.set_blocking(self.fd, False)
+        self._out = bytearray()
+        self._in = bytearray()
+        self.eof = False
+        """The other end closed (or died): nothing more will arrive."""
+
+    def fileno(self) -> int:
+        return self.fd
+
+    @property
+    def unsent(self) -> int:
+        """Bytes queued that the other end has not taken yet."""
+        return len(self._out)
+
+    @property
+    def partial(self) -> int:
+        """Bytes of a message that has started to arrive but is not complete."""
+        return len(self._in)
+
+    def put(self, obj: Any) -> None:
+        """Queue ``obj`` and send what the socket takes now; never blocks.
+
+        Raises:
+            Exception: ``obj`` does not pickle (nothing is queued then).
+            BrokenPipeError, ConnectionResetError: the other end is gone.
+        """
+        data = ForkingPickler.dumps(obj)
+        self._out += _HEADER.pack(len(data))
+        self._out += data
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write what the socket takes without blocking; True once nothing is left."""
+        while self._out:
+            try:
+                sent = os.write(self.fd, self._out[:_READ_CHUNK])
+            except BlockingIOError:
+                return False
+            del self._out[:sent]
+        return True
+
+    def take(self) -> list[Any]:
+        """Read what has arrived without blocking; return the complete messages.
+
+        A message that does not unpickle comes back as :class:`Undecodable`; ``eof``
+        tells when the other end is gone.
+        """
+        while not self.eof:
+            try:
+                chunk = os.read(self.fd, _READ_CHUNK)
+            except BlockingIOError:
+                break
+            except ConnectionResetError:
+                # The other end closed with our data unread; what it sent before is
+                # already here and still counts.
+                self.eof = True
+                break
+            if not chunk:
+                self.eof = True
+            self._in += chunk
+        messages = []
+        while len(self._in) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._in)
+            end = _HEADER.size + size
+            if len(self._in) < end:
+                break
+            data = bytes(self._in[_HEADER.size : end])
+            del self._in[:end]
+            try:
+                messages.append(ForkingPickler.loads(data))
+            except Exception as exc:  # e.g. a tensor whose sender died before we attached
+                messages.append(Undecodable(exc))
+        return messages
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def wait_ready(
+    readers: Iterable[Any], writers: Iterable[Any], timeout_s: float
+) -> tuple[set[int], set[int]]:
+    """Wait at most ``timeout_s`` for any of ``readers`` (or sentinels) to be readable or
+    ``writers`` writable; return the ready file descriptors as (readable, writable).
+
+    Uses ``poll``, which has no limit on descriptor numbers (``select`` stops at 1024).
+    A hang-up or error counts as readable, so the caller reads and sees the end.
+    """
+    poller = select.poll()
+    masks: dict[int, int] = {}
+    for obj in readers:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        masks[fd] = masks.get(fd, 0) | select.POLLIN
+    for obj in writers:
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        masks[fd] = masks.get(fd, 0) | select.POLLOUT
+    for fd, mask in masks.items():
+        poller.register(fd, mask)
+    readable, writable = set(), set()
+    for fd, event in poller.poll(max(0, int(timeout_s * 1000 + 0.999))):
+        if event & (select.POLLIN | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+            readable.add(fd)
+        if event & select.POLLOUT:
+            writable.add(fd)
+    return readable, writable
+
+
+# What runs inside a worker process.
+
+INIT_INDEX = -1
+"""The task index a failed ``init_fn`` reports under."""
+
+
+Message = Tuple[int, int, bool, Any]
+"""``(task index, worker id, ok, value or Failure)``, from worker to consumer."""
+
+
+def run_task(
+    fn: Callable[[Any], Any], index: int, wid: int, task: Any, *, pickled: bool
+) -> Message:
+    """Run one task; an exception becomes a Failure message instead of escaping."""
+    try:
+        return (index, wid, True, fn(task))
+    except BaseException as exc:
+        return (index, wid, False, Failure.capture(exc, pickled=pickled))
+
+
+def _explain(exc: Exception) -> Exception:
+    """Name the fix when a result could not be sent because /dev/shm is full."""
+    if isinstance(exc, PlatformError):
+        return exc  # already says what to do (see _shm.install)
+    text = str(exc)
+    if "shared memory" not in text and "No space left" not in text:
+        return exc
+    err = PlatformError(
+        f"a worker process could not hand over its result through {SHM_DIR} ({text}); it is "
+        "too small for this batch size: in Docker start the container with a larger "
+        "--shm-size (e.g. --shm-size=1g), or use thread workers (worker_kind='thread')"
+    )
+    err.__cause__ = exc
+    return err
+
+
+class _Stopped(Exception):
+    """The parent asked this worker to stop, closed its pipe, or died."""
+
+
+def _receive(channel: Channel, queued: collections.deque[Any], wait_s: float, parent: int) -> None:
+    """Take every task that has arrived (waiting up to ``wait_s`` for one)."""
+    if wait_s > 0:
+        wait_ready([channel], [], wait_s)
+    for msg in channel.take():
+        if msg is None:
+            raise _Stopped
+        queued.append(msg)
+    if channel.eof or os.getppid() != parent:
+        raise _Stopped  # EOF, or orphaned: the parent died without closing
+
+
+def _reply(channel: Channel, out: Message, queued: collections.deque[Any], parent: int) -> None:
+    """Send one result; while the parent is not reading, keep taking tasks and stops."""
+    try:
+        try:
+            reserve_torch_shm()  # torch may have been imported by the task just run
+            channel.put(out)
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:  # the result did not pickle or found no shared memory
+            channel.put((out[0], out[1], False, Failure.capture(_explain(exc), pickled=True)))
+        while not channel.flush():
+            # A full pipe: the parent is busy in its own code. Wait for it, in steps, so
+            # a stop or the parent's death still ends this worker.
+            wait_ready([channel], [channel], POLL_INTERVAL_S)
+            _receive(channel, queued, 0, parent)
+    except (BrokenPipeError, ConnectionResetError):
+        raise _Stopped from None
+
+
+def process_main(
+    conn: Connection,
+    payload: bytes | tuple[Any, Any],
+    info_fields: dict[str, Any],
+    threads_per_worker: int,
+) -> None:
+    """Serve tasks from ``conn`` until ``None``, EOF or the parent's death."""
+    # Ctrl-C reaches the whole process group; the parent alone decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_library_threads(threads_per_worker)
+    fn, init_fn = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    info = WorkerInfo(**info_fields, stop_event=threading.Event())
+    set_current(info)
+    wid, parent = info.id, os.getppid()
+    channel = Channel(conn)
+    queued: collections.deque[tuple[int, Any]] = collections.deque()
+    try:
+        if init_fn is not None:
+            out = run_task(init_fn, INIT_INDEX, wid, info, pickled=True)
+            if not out[2]:
+                _reply(channel, out, queued, parent)
+                return
+        while True:
+            # Take everything waiting before the next task, so a stop (None) queued
+            # behind many tasks is seen after the current task, not after all of them.
+            _receive(channel, queued, 0 if queued else POLL_INTERVAL_S, parent)
+            if queued:
+                index, task = queued.popleft()
+                _reply(channel, run_task(fn, index, wid, task, pickled=True), queued, parent)
+    except _Stopped:
+        return
+    finally:
+        info.stop_event.set()
+        detach_all()
+
+
+# The parent's side: starting, watching and stopping the worker processes.
 
 _MIB = 1 << 20
 # After the join timeout, SIGTERM and then SIGKILL each get this long to take effect.

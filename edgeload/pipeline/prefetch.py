@@ -8,16 +8,28 @@ when the queue is full (:data:`WhenFull`, the ``policy=`` argument) is one of:
   new one fits, counts them, and hands each to ``on_drop`` so its slot can be recycled.
 
 End of stream is the :data:`END` sentinel (``put_end()``); it takes no room.
+
+The queue is three parts: :class:`HeldItems`, the FIFO bounded in items and bytes, with
+its counters (puts, gets, drops, time spent waiting) and no locking of its own;
+:class:`Handoff`, the lock over it and each side's wait; and :class:`Prefetcher`, the
+public face. A producer waits for room on a ``Condition``; the consumer, often the main
+thread where Ctrl-C lands, takes the same lock with ``with`` (C code, unlike
+``Condition.__enter__``) and waits for an item on :class:`~._lifecycle.Wakeups` holding
+no lock, so Ctrl-C can never leave the lock held (issue #13). The queue's lifecycle lives
+in the handoff too: close wakes every waiter, who then raises ClosedError.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import threading
+import time
 from collections.abc import Callable, Iterator
-from typing import Final, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
-from ._handoff import Handoff
-from ._held import HeldItems, PrefetchStats
-from .lifecycle import Lifecycle
+from ..errors import ClosedError, WaitTimeout, WorkerTimeout
+from ._lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
 
@@ -48,6 +60,209 @@ class _End:
 
 END: Final = _End()
 """End of stream: ``Prefetcher.get()`` returns it once every item before it was taken."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefetchStats:
+    """A snapshot of a :class:`Prefetcher`'s counters."""
+
+    depth: int
+    """Items held now."""
+    bytes_held: int
+    """Bytes held now (the sum of the ``nbytes`` given to ``put``)."""
+    max_items: int
+    """The item bound."""
+    max_bytes: int | None
+    """The byte bound (None: unbounded in bytes)."""
+    producer_wait_s: float
+    """Total time producers spent waiting for room (``block``)."""
+    consumer_wait_s: float
+    """Total time the consumer spent waiting for an item."""
+    drops: int
+    """Items dropped by ``latest`` to make room."""
+    put_count: int
+    """Items accepted by ``put`` (not counting END)."""
+    get_count: int
+    """Items returned by ``get`` (not counting END)."""
+
+
+class HeldItems:
+    """``(item, nbytes)`` pairs in arrival order, within ``max_items`` and ``max_bytes``.
+
+    The end-of-stream marker is held like an item of 0 bytes that never counts toward
+    ``depth``, ``puts`` or ``gets``. Callers check ``fits`` before ``append``.
+    """
+
+    def __init__(self, max_items: int, max_bytes: int | None, end: object) -> None:
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self.puts = 0
+        self.gets = 0
+        self.drops = 0
+        self.producer_wait_s = 0.0
+        self.consumer_wait_s = 0.0
+        self._end = end
+        self._items: collections.deque[tuple[Any, int]] = collections.deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def depth(self) -> int:
+        """Items held, not counting the end marker."""
+        return sum(1 for item, _ in self._items if item is not self._end)
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether one more item of ``nbytes`` stays within both bounds."""
+        if len(self._items) >= self.max_items:
+            return False
+        return self.max_bytes is None or self.nbytes + nbytes <= self.max_bytes
+
+    def append(self, item: Any, nbytes: int) -> None:
+        self._items.append((item, nbytes))
+        self.nbytes += nbytes
+        self.puts += item is not self._end
+
+    def take(self) -> tuple[Any, bool]:
+        """The oldest item for the consumer, and whether it was removed: the end marker
+        stays, so every later take sees it too."""
+        if self._items[0][0] is self._end:
+            return self._end, False
+        self.gets += 1
+        return self._pop(), True
+
+    def drop_oldest(self) -> Any:
+        """Remove and return the oldest item, dropped to make room."""
+        self.drops += 1
+        return self._pop()
+
+    def _pop(self) -> Any:
+        item, nbytes = self._items.popleft()
+        self.nbytes -= nbytes
+        return item
+
+    def drain(self) -> list[Any]:
+        """Remove and return every item but the end marker (which stays)."""
+        items = [item for item, _ in self._items if item is not self._end]
+        self._items = collections.deque((i, n) for i, n in self._items if i is self._end)
+        self.nbytes = 0
+        return items
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.nbytes = 0
+
+    def add_wait(self, op: str, seconds: float) -> None:
+        """Count ``seconds`` waited by the consumer (``op`` "get") or a producer."""
+        if op == "get":
+            self.consumer_wait_s += seconds
+        else:
+            self.producer_wait_s += seconds
+
+    def stats(self) -> PrefetchStats:
+        return PrefetchStats(
+            depth=self.depth,
+            bytes_held=self.nbytes,
+            max_items=self.max_items,
+            max_bytes=self.max_bytes,
+            producer_wait_s=self.producer_wait_s,
+            consumer_wait_s=self.consumer_wait_s,
+            drops=self.drops,
+            put_count=self.puts,
+            get_count=self.gets,
+        )
+
+
+class Handoff:
+    """The lock over a queue's :class:`HeldItems`, each side's wait, and its lifecycle."""
+
+    def __init__(self, name: str, items: HeldItems) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.lifecycle = Lifecycle.OPEN
+        self._items = items
+        self._room = threading.Condition(self.lock)
+        self._arrived = Wakeups()
+
+    def check_open(self, what: str) -> None:
+        if self.lifecycle is Lifecycle.CLOSED:
+            raise ClosedError(f"{self.name}: {what} after close()")
+
+    def arrived(self) -> None:
+        """An item (or the end) was added: wake the consumer (lock held)."""
+        self._arrived.post_once()
+
+    def made_room(self) -> None:
+        """Items were taken: wake the producers waiting for room (lock held)."""
+        self._room.notify_all()
+
+    def wait_for_room(self, ready: Callable[[], bool], timeout_s: float | None) -> None:
+        """A producer's wait on the condition (lock held) until ``ready()``.
+
+        Raises:
+            ClosedError: the queue closed while waiting.
+            WaitTimeout: still not ready after ``timeout_s``.
+        """
+        if ready():
+            return
+        start = time.monotonic()
+        deadline = None if timeout_s is None else start + timeout_s
+        try:
+            while not ready():
+                self.check_open("put()")
+                left = POLL_INTERVAL_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(
+                        f"{self.name}: no room within {timeout_s} s (depth "
+                        f"{len(self._items)}/{self._items.max_items}, {self._items.nbytes} "
+                        "bytes held); the consumer is not taking items"
+                    )
+                self._room.wait(min(left, POLL_INTERVAL_S))
+        finally:
+            self._items.add_wait("put", time.monotonic() - start)
+
+    def take(self, timeout_s: float | None) -> Any:
+        """The consumer's wait (lock not held) for the oldest item, and taking it.
+
+        The end marker is returned but stays, so every later take sees it too.
+
+        Raises:
+            ClosedError: the queue is closed (also while waiting).
+            WorkerTimeout: nothing arrived within ``timeout_s``.
+        """
+        start: float | None = None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self.lock:
+                self.check_open("get()")
+                now = time.monotonic()
+                if self._items:
+                    if start is not None:
+                        self._items.add_wait("get", now - start)
+                    item, taken = self._items.take()
+                    if taken:
+                        self._room.notify_all()
+                    return item
+                start = now if start is None else start
+                left = POLL_INTERVAL_S if deadline is None else deadline - now
+                if left <= 0:
+                    self._items.add_wait("get", now - start)
+                    raise WorkerTimeout(
+                        f"{self.name}: no item within {timeout_s} s (depth 0); the producers "
+                        "may be stalled or hung; raise timeout_s= if they are just slow",
+                        worker=self.name,
+                    )
+            self._arrived.wait(min(left, POLL_INTERVAL_S))
+
+    def close(self) -> None:
+        """Mark the queue closed and wake every waiter (lock held)."""
+        self.lifecycle = Lifecycle.CLOSED
+        self._room.notify_all()
+        self._arrived.post_once()
 
 
 def _check_arguments(name: str, policy: str, max_items: int, max_bytes: int | None) -> None:

@@ -10,21 +10,48 @@ that dies (SIGKILL, OOM killer) is noticed at once; a hung worker makes ``get`` 
 Threads suit work that releases the GIL (OpenCV decode and resize); processes suit
 GIL-bound Python. Process workers should write array payloads into shared slots
 (:mod:`edgeload.pipeline.slots`) and return only small metadata, so nothing large is pickled.
+
+The pool keeps the tasks it has out in :class:`PendingTasks`, which builds the errors
+that name them: each names the pool, the worker and the items concerned, and says what
+to try; the worker's own exception, when it travelled, is the ``__cause__``. Two
+executors run the tasks, both taking them into per-worker inboxes and delivering
+``Message`` tuples on one result channel: :class:`ThreadExecutor` here, and
+:class:`~edgeload.pipeline._processes.ProcessExecutor`. Neither refers to the pool, so
+the pool's finalizer can close them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import queue
+import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ClosedError, EdgeloadError, WorkerError
+from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
 from ..vocabulary import WorkerKind
-from ._executors import start_executor
-from ._pending import PendingTasks, WorkerResult
-from ._worker_info import WorkerInfo, choose_start_method, current_worker
-from .lifecycle import EXIT_JOIN_TIMEOUT_S, POLL_INTERVAL_S, Lifecycle, interrupted
+from ._failure import Failure, worker_error
+from ._lifecycle import (
+    EXIT_JOIN_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    Lifecycle,
+    interrupted,
+    join_threads,
+    limit_library_threads,
+    thread_name,
+)
+from ._processes import (
+    Message,
+    ProcessExecutor,
+    WorkerInfo,
+    choose_start_method,
+    current_worker,
+    run_task,
+    set_current,
+    start_processes,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -41,6 +68,232 @@ DEFAULT_TIMEOUT_S = 10.0
 """How long ``get`` waits for a result before calling the worker hung (seconds)."""
 JOIN_TIMEOUT_S = 2.0
 """How long ``close`` waits for workers to finish before terminating processes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """One finished task."""
+
+    index: int
+    """The index ``submit`` returned for the task."""
+    value: Any
+    worker: int
+    """Id of the worker that ran it."""
+
+
+class PendingTasks:
+    """The tasks submitted whose result the consumer has not taken, and their workers.
+
+    It numbers and routes tasks (round-robin unless a worker is named), turns each
+    result message into a :class:`WorkerResult` or the task's error, and builds the
+    errors for a dead worker (the items it took with it) and a timeout (the oldest).
+    """
+
+    def __init__(self, pool: str, fn_name: str, num_workers: int) -> None:
+        self._pool, self._fn_name, self._num_workers = pool, fn_name, num_workers
+        self._workers: dict[int, int] = {}  # task index -> worker id
+        self._next_index = 0
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def route(self, worker: int | None) -> tuple[int, int]:
+        """The next task's index and its worker's id (round-robin when ``worker`` is None).
+
+        Raises:
+            ValueError: no such worker.
+        """
+        index, count = self._next_index, self._num_workers
+        wid = index % count if worker is None else worker
+        if not 0 <= wid < count:
+            raise ValueError(f"{self._pool}: worker must be in 0..{count - 1}, got {wid}")
+        return index, wid
+
+    def add(self, index: int, wid: int) -> None:
+        """Task ``index`` (from :meth:`route`) was sent to worker ``wid``."""
+        self._workers[index] = wid
+        self._next_index = index + 1
+
+    def finish(
+        self, index: int, wid: int, ok: bool, payload: Any, *, describe: Callable[[int], str]
+    ) -> WorkerResult:
+        """Task ``index`` is done: its result, or its failure raised as WorkerError.
+
+        ``index`` < 0 is ``init_fn``'s failure; ``describe(wid)`` names the worker.
+        """
+        self._workers.pop(index, None)
+        if ok:
+            return WorkerResult(index, payload, wid)
+        failure: Failure = payload
+        who = describe(wid)
+        what = "init_fn" if index < 0 else f"{self._fn_name} on item {index}"
+        raise worker_error(
+            failure,
+            f"{self._pool}: {what} raised {failure.type_name}: {failure.message} (in {who}).",
+            index=None if index < 0 else index,
+            worker=who,
+        ) from failure.exc
+
+    def death(self, exc: WorkerError, wid: int) -> WorkerError:
+        """Worker ``wid`` died (``exc`` from the executor); name the items it took with it."""
+        # The executor keeps ``exc`` to raise again; its traceback would pin the caller's
+        # frames (a DataLoader iterator and its slots) for the pool's lifetime.
+        exc.__traceback__ = None
+        lost = sorted(i for i, w in self._workers.items() if w == wid)
+        return WorkerError(
+            f"{self._pool}: {exc} (pending items: {lost or 'none'})",
+            index=lost[0] if lost else None,
+            worker=exc.worker,
+        )
+
+    def timeout(self, kind: str, timeout_s: float | None, executor: Any) -> WorkerTimeout:
+        """No result within ``timeout_s``: name the oldest pending task and its worker."""
+        first = min(self._workers)
+        wid = self._workers[first]
+        who = executor.describe(wid)
+        return WorkerTimeout(
+            f"{self._pool}: no result within {timeout_s} s from {kind} workers; "
+            f"{len(self._workers)} task(s) pending (first: index {first} on "
+            f"{who}{executor.stall(wid)}); {self._fn_name} may be hung or stuck on I/O; "
+            "raise timeout_s= if it is just slow",
+            index=first,
+            worker=who,
+        )
+
+
+_STOP = object()
+
+
+class ThreadExecutor:
+    """Worker threads (daemon, so a Ctrl-C exit is never held up by a hung task)."""
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        infos: list[Any],
+        init_fn: Callable[[Any], Any] | None,
+        set_current: Callable[[Any], None],
+        name: str,
+    ) -> None:
+        # SimpleQueue, not Queue: its put and get are C code, so a Ctrl-C in the
+        # consumer cannot be raised inside Queue's Python lock handling and leave its
+        # mutex held, which hung the next put (issue #13).
+        self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in infos]
+        self.stop = threading.Event()
+        self.dead_wid = -1
+        self.threads = [
+            threading.Thread(
+                target=self._run,
+                args=(fn, init_fn, info, set_current),
+                name=thread_name(name, info.id),
+                daemon=True,
+            )
+            for info in infos
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(
+        self,
+        fn: Callable[[Any], Any],
+        init_fn: Callable[[Any], Any] | None,
+        info: Any,
+        set_current: Callable[[Any], None],
+    ) -> None:
+        set_current(info)
+        wid, inbox = info.id, self.inboxes[info.id]
+        if init_fn is not None:
+            out = run_task(init_fn, -1, wid, info, pickled=False)
+            if not out[2]:
+                self.results.put(out)
+                return
+        while not self.stop.is_set():
+            try:
+                msg = inbox.get(timeout=POLL_INTERVAL_S)
+            except queue.Empty:
+                continue
+            if msg is _STOP:
+                return
+            self.results.put(run_task(fn, msg[0], wid, msg[1], pickled=False))
+
+    def send(self, wid: int, index: int, task: Any) -> None:
+        self.inboxes[wid].put((index, task))
+
+    def recv(self, timeout_s: float) -> Message | None:
+        try:
+            return self.results.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            pass
+        for wid, thread in enumerate(self.threads):
+            # A worker thread ends early only when its init_fn failed (already reported);
+            # its queued tasks would otherwise wait forever.
+            if not thread.is_alive() and not self.stop.is_set():
+                self.dead_wid = wid
+                raise WorkerError(
+                    f"worker thread {thread.name} has ended (its init_fn failed); its "
+                    "pending items are lost",
+                    worker=thread.name,
+                )
+        return None
+
+    @property
+    def pids(self) -> list[int]:
+        return []  # threads run in this process
+
+    def describe(self, wid: int) -> str:
+        return self.threads[wid].name
+
+    def stall(self, wid: int) -> str:
+        return ""  # queues in one process cannot fill up
+
+    def close(self, timeout_s: float) -> None:
+        self.stop.set()
+        for inbox in self.inboxes:
+            inbox.put(_STOP)
+        join_threads(self.threads, timeout_s=timeout_s)
+
+
+def start_executor(
+    fn: Callable[[Any], Any],
+    *,
+    kind: str,
+    num_workers: int,
+    seed: int,
+    init_fn: Callable[[Any], Any] | None,
+    start_method: str,
+    threads_per_worker: int,
+    name: str,
+) -> ThreadExecutor | ProcessExecutor:
+    """Start ``num_workers`` workers of ``kind`` running ``fn`` (see WorkerPool's Args)."""
+    infos = [
+        WorkerInfo(
+            id=i,
+            num_workers=num_workers,
+            seed=seed + i,
+            kind=kind,  # type: ignore[arg-type]
+            name=f"edgeload-{name}-{i}",
+            stop_event=threading.Event(),
+        )
+        for i in range(num_workers)
+    ]
+    if kind == "thread":
+        limit_library_threads(threads_per_worker, env=False, torch=False)
+        threads = ThreadExecutor(
+            fn, infos=infos, init_fn=init_fn, set_current=set_current, name=name
+        )
+        for info in infos:
+            info.stop_event = threads.stop  # one stop for all: they share the process
+        return threads
+    return start_processes(
+        fn,
+        infos=infos,
+        init_fn=init_fn,
+        start_method=start_method,
+        threads_per_worker=threads_per_worker,
+        name=name,
+    )
 
 
 def _check_arguments(

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from ..pipeline.lifecycle import POLL_INTERVAL_S
+from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ._cv_features import capture_features
 from .capture import NETWORK_KINDS, Target
 

@@ -1,6 +1,6 @@
 """What last went wrong with one stream, as data: :class:`StreamFault`.
 
-It has the fields of :class:`~edgeload.pipeline.failure.Failure`, the record a worker's
+It has the fields of :class:`~edgeload.pipeline._failure.Failure`, the record a worker's
 exception travels in, but is its own type: most stream faults have no exception at
 all (an open that returned nothing, a file that ends early, a camera that went
 silent), where a ``Failure`` with no exception means one that did not survive
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._compat import format_exception
-from ..pipeline.lifecycle import release_frames
+from ..pipeline._lifecycle import release_frames
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from ..pipeline.lifecycle import scoped_environ
+from ..pipeline._lifecycle import scoped_environ
 
 OPTIONS_VAR = "OPENCV_FFMPEG_CAPTURE_OPTIONS"
 THREADS_VAR = "OPENCV_FFMPEG_THREADS"

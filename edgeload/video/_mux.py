@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import ClosedError, WorkerTimeout
-from ..pipeline.lifecycle import POLL_INTERVAL_S
+from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
 from ._batch_pools import BatchPools
 from ._frame_loop import Wants

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Union
 
 from .._deps import require_cv2, require_torch
-from ..pipeline.lifecycle import join_threads
+from ..pipeline._lifecycle import join_threads
 from ._delivery import Delivery, device_copier, reader_for
 from ._gst_pipelines import hardware_decoder
 from ._mux import Mux

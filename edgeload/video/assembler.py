@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..pipeline.lifecycle import POLL_INTERVAL_S
+from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ._batch_pools import BatchPools
 from ._placement import OpenBatch, Placement, Sealed, clear_stale, mark_stale
 from .resize import FrameWriter

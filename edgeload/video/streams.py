@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from ..errors import ClosedError
-from ..pipeline.lifecycle import Lifecycle, weak_call
+from ..pipeline._lifecycle import Lifecycle, weak_call
 from ..platform.profile import Profile
 from ._parts import LoaderParts, SourceLike, target_for
 from ._resume import load_loader_state, loader_state

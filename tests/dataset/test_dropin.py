@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from edgeload import DataLoader
-from edgeload._floor import version_tuple
+from edgeload._compat import version_tuple
 
 # torch's own loader forks its workers whatever threads the test process has (a BLAS or
 # OpenMP pool an earlier test started), and Python 3.12+ warns at such a fork (seen on
