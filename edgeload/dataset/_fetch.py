@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..pipeline.failure import Failure
-from . import _collate, _datapipes
+from . import _collate, _sampling
 from ._reading import SampleError, SampleReader
 from ._settings import LoaderWorkerKind
 from ._tasks import FetchSpec, Result, Task, WorkerStart
@@ -34,9 +34,9 @@ class Fetcher:
         """Where it runs; ``"main"`` (num_workers=0) means no seeding and no worker info."""
         self.dataset = _worker_copy(spec.dataset) if kind == "thread" else spec.dataset
         """This worker's dataset object (``get_worker_info().dataset``)."""
-        self._datapipe = _datapipes.is_datapipe(self.dataset)
+        self._datapipe = _sampling.is_datapipe(self.dataset)
         if self._datapipe and kind != "main":
-            _datapipes.shard(self.dataset, spec.num_workers, worker_id)
+            _sampling.shard(self.dataset, spec.num_workers, worker_id)
         self.info: Any = None
         self._reader = SampleReader(spec, self.dataset, worker_id)
         self._seeded_base: int | None = None
@@ -54,11 +54,11 @@ class Fetcher:
             )
             self._seeded_base = start.base_seed
             if self._datapipe and start.shared_seed is not None:
-                _datapipes.reseed(self.dataset, start.shared_seed)
+                _sampling.reseed(self.dataset, start.shared_seed)
             if spec.worker_init_fn is not None:
                 self._init_fn()(self.worker_id)
         elif self._datapipe and start.shared_seed is not None:
-            _datapipes.reseed(self.dataset, start.shared_seed)
+            _sampling.reseed(self.dataset, start.shared_seed)
         if start.rng is not None and self.info is not None:
             restore_rng(self.info, start.rng)
         self._reader.open(start)
@@ -127,15 +127,15 @@ class Fetcher:
 
 def _worker_copy(dataset: Any) -> Any:
     """A shallow copy for one thread worker, as each torch worker process has its own
-    (a deep copy of a DataPipe graph: see :mod:`._datapipes`).
+    (a deep copy of a DataPipe graph: see :mod:`._sampling`).
 
     ``worker_init_fn`` commonly assigns to ``get_worker_info().dataset`` (a shard's start
     and end); on a shared object, threads would overwrite each other's.  A shallow copy
     shares the data itself (arrays, file handles), so it costs no memory.
     """
     try:
-        if _datapipes.is_datapipe(dataset):
-            return _datapipes.thread_copy(dataset)
+        if _sampling.is_datapipe(dataset):
+            return _sampling.thread_copy(dataset)
         return copy.copy(dataset)
     except Exception:
         return dataset  # not copyable: every thread uses the one object

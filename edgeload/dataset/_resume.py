@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..checkpoint import KEY_VERSION, check_version
-from ._datapipes import draw_shared_seed, is_iter_datapipe
-from ._sampling import KEY_GENERATOR_STATE, EpochOrder, _decode_state, _encode_state
+from ._sampling import (
+    KEY_GENERATOR_STATE,
+    EpochOrder,
+    _decode_state,
+    _encode_state,
+    draw_shared_seed,
+    is_iter_datapipe,
+)
 from ._settings import LoaderSettings
 from ._state import KEY_TASKS_DONE, LoaderState
 

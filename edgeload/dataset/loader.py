@@ -26,10 +26,10 @@ from typing import Any, Generic, TypeVar
 from ..errors import ClosedError
 from ..pipeline.lifecycle import Lifecycle
 from ._auto import resolve_plan
-from ._datapipes import check_shuffles_are_seedable
 from ._epoch import EpochIterator
 from ._resume import apply_loader_state, loader_state
 from ._runner import EpochRunner
+from ._sampling import check_shuffles_are_seedable
 from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request
 from ._state import LoaderState
 from ._torch_surface import TorchSurface
