@@ -20,7 +20,7 @@ from ._sampling import EpochOrder
 from ._settings import LoaderSettings
 from ._slots import LoaderSlots
 from ._state import EpochProgress, LoaderState
-from ._tasks import Result
+from ._worker import Result
 
 
 class EpochIterator(Iterator[Any]):

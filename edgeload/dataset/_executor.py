@@ -1,6 +1,6 @@
 """Where the loader's tasks run: the calling thread, or a :class:`~edgeload.pipeline.workers.WorkerPool`.
 
-Both executors take the same calls.  A worker's :class:`~edgeload.dataset._tasks.WorkerStart`
+Both executors take the same calls.  A worker's :class:`~edgeload.dataset._worker.WorkerStart`
 (seed, resume point) travels with the first task sent to it after ``start_worker``, so
 a worker that gets no task in an epoch costs nothing.
 """
@@ -18,9 +18,8 @@ from typing import Any
 
 from ..errors import EdgeloadError, WorkerDied, WorkerError, WorkerTimeout, worker_exception
 from ..vocabulary import WorkerKind
-from ._fetch import Fetcher
 from ._settings import LoaderSettings, LoaderWorkerKind, start_method_of
-from ._tasks import FetchSpec, Result, Task, WorkerStart
+from ._worker import Fetcher, FetchSpec, Result, Task, WorkerStart
 
 # torch's advice when the process runs out of file descriptors (each tensor a worker
 # process returns travels as one): the same words, so the same searches find the fix.

@@ -14,7 +14,7 @@ from ._sampling import EpochOrder
 from ._settings import LoaderSettings
 from ._slots import LoaderSlots
 from ._state import EpochProgress
-from ._tasks import Result, Task
+from ._worker import Result, Task
 
 __all__ = ["TasksInFlight"]
 

@@ -43,8 +43,7 @@ class EpochRunner:
 
     def replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
         """Stop the workers and free the slots of the previous plan; make slots for this one."""
-        from ._thread_seeds import install_seed_hooks
-        from ._worker_ctx import install_torch_hook
+        from ._worker import install_seed_hooks, install_torch_hook
 
         self.close()
         if choice.worker_kind == "thread":

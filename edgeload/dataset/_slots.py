@@ -12,13 +12,12 @@ runs without one, so a user who keeps every batch slows nothing down and loses n
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
-from ..errors import ClosedError, PlatformError
+from ..errors import PlatformError
 from . import _collate
 from ._device import pin_batch
-from ._tasks import Result
+from ._worker import Result, SlotClaim
 
 _log = logging.getLogger("edgeload")
 
@@ -150,42 +149,3 @@ class LoaderSlots:
             self._pool.close()
         self._pool = None
         self.layout = None
-
-
-class SlotClaim:
-    """A thread worker's slot, taken when the worker starts writing its task.
-
-    Taken when the task was queued instead, a task waiting behind another in its
-    worker's inbox held a slot it did not write yet; refilled on delivery, a plain loop
-    then touched one slot per task in flight, plus the batch just delivered and the one
-    it still held.  Taken at the start, tasks waiting hold none.
-    """
-
-    __slots__ = ("_cancelled", "_lock", "_pool", "_slot")
-
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
-        self._lock = threading.Lock()
-        self._slot: Any = None
-        self._cancelled = False
-
-    def take(self) -> Any:
-        """In the worker: a free slot's array to write the batch into, or None (no free
-        slot, or the task was settled): then the batch goes to fresh memory."""
-        with self._lock:
-            if self._cancelled:
-                return None
-            if self._slot is None:
-                try:
-                    self._slot = self._pool.acquire(timeout_s=0)
-                except (TimeoutError, ClosedError):
-                    return None
-            return self._slot.array
-
-    def settle(self) -> Any:
-        """In the loader, once the task's result is back or its workers are stopped: the
-        slot taken (or None); later :meth:`take` calls get None."""
-        with self._lock:
-            self._cancelled = True
-            slot, self._slot = self._slot, None
-            return slot

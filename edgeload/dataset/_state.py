@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WorkerError
-from ._tasks import Result, WorkerStart
+from ._worker import Result, WorkerStart
 
 _log = logging.getLogger("edgeload")
 

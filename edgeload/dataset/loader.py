@@ -33,7 +33,7 @@ from ._sampling import check_shuffles_are_seedable
 from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request
 from ._state import LoaderState
 from ._torch_surface import TorchSurface
-from ._worker_ctx import get_worker_info
+from ._worker import get_worker_info
 
 __all__ = ["DataLoader", "get_worker_info"]
 
