@@ -12,11 +12,10 @@ from typing import Any
 
 from ._epoch import EpochIterator
 from ._executor import make_loader_executor
-from ._resume import begin_epoch
 from ._sampling import EpochOrder
 from ._settings import LoaderChoice, LoaderSettings
 from ._slots import LoaderSlots
-from ._state import EpochProgress, LoaderState
+from ._state import EpochProgress, LoaderState, begin_epoch
 
 
 class EpochRunner:
