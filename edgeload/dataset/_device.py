@@ -22,13 +22,6 @@ def check_gpu_mode(memory_mode: str, engine: Any) -> None:
         check_slot_mode(memory_mode, engine)
 
 
-def gpu_usable(engine: Any) -> bool:
-    """Whether pinning means anything here (a CUDA device, or the given engine)."""
-    if engine is not None:
-        return bool(engine.status().usable)
-    return bool(require_torch().cuda.is_available())
-
-
 def map_tensors(fn: Callable[[Any], Any], value: Any) -> Any:
     """``value`` with ``fn`` applied to every tensor in it (dicts, lists, tuples, namedtuples)."""
     torch = require_torch()

@@ -25,11 +25,10 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import ClosedError
 from ..pipeline.lifecycle import Lifecycle
-from ._auto import resolve_plan
 from ._epoch import EpochIterator
 from ._runner import EpochRunner
 from ._sampling import check_shuffles_are_seedable
-from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request
+from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request, resolve_plan
 from ._state import LoaderState, apply_loader_state, loader_state
 from ._torch_surface import TorchSurface
 from ._worker import get_worker_info
