@@ -10,11 +10,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ._epoch import EpochIterator
-from ._executor import make_loader_executor
+from ._epoch import EpochIterator, LoaderSlots, make_loader_executor
 from ._sampling import EpochOrder
 from ._settings import LoaderChoice, LoaderSettings
-from ._slots import LoaderSlots
 from ._state import EpochProgress, LoaderState, begin_epoch
 
 
