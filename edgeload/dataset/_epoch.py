@@ -62,7 +62,7 @@ from . import _collate
 from ._sampling import EpochOrder
 from ._settings import LoaderSettings, LoaderWorkerKind, start_method_of
 from ._state import EpochProgress, LoaderState
-from ._worker import Fetcher, FetchSpec, Result, SlotClaim, Task, WorkerStart
+from ._worker import Fetcher, FetchSpec, Result, SlotClaim, Task, WorkerStart, _init_worker, _run
 
 _log = logging.getLogger("edgeload")
 
@@ -225,7 +225,7 @@ def _warn_over_length(settings: LoaderSettings, len_called: int | None, yielded:
     warnings.warn(text, stacklevel=3)
 
 
-# The tasks in flight ----------------------------------------------------------------
+# The tasks in flight ------------------------------------------------------------------
 
 
 class TasksInFlight:
@@ -326,7 +326,7 @@ class TasksInFlight:
         self._pending.clear()
 
 
-# Where the tasks run: the calling thread, or a WorkerPool --------------------------
+# Where the tasks run: the calling thread, or a WorkerPool -----------------------------
 
 # torch's advice when the process runs out of file descriptors (each tensor a worker
 # process returns travels as one): the same words, so the same searches find the fix.
@@ -336,23 +336,6 @@ _FD_HINT = (
     "calling `torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning "
     "of your code (or return numpy arrays, or use worker_kind='thread')"
 )
-
-
-def _init_worker(spec: FetchSpec, info: Any) -> None:
-    info.state["fetcher"] = Fetcher(spec, info.id, kind=info.kind)
-
-
-def _run(message: tuple[WorkerStart | None, Task]) -> Result:
-    from ..pipeline.workers import current_worker
-
-    info = current_worker()
-    if info is None:  # pragma: no cover - the pool always sets it
-        raise RuntimeError("edgeload loader task run outside a worker")
-    fetcher: Fetcher = info.state["fetcher"]
-    start, task = message
-    if start is not None:
-        fetcher.start(start)
-    return fetcher.run(task)
 
 
 class InlineExecutor:
@@ -590,7 +573,7 @@ class _ProcessHandle:
             self._proc.terminate()
 
 
-# The batch slots ---------------------------------------------------------------------
+# The batch slots ----------------------------------------------------------------------
 
 
 class LoaderSlots:
@@ -722,7 +705,7 @@ class LoaderSlots:
         self.layout = None
 
 
-# Pinning a batch ---------------------------------------------------------------------
+# Pinning a batch ----------------------------------------------------------------------
 
 
 def map_tensors(fn: Callable[[Any], Any], value: Any) -> Any:

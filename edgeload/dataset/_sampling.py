@@ -224,7 +224,7 @@ class EpochOrder:
         return next(self._iter)
 
 
-# DataPipes: torch's rules, applied as torch's DataLoader applies them -------------------
+# DataPipes: torch's rules, applied as torch's DataLoader applies them -----------------
 
 
 def is_datapipe(dataset: Any) -> bool:

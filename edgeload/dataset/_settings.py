@@ -167,7 +167,7 @@ def start_method_of(context: Any) -> str | None:
     return str(get()) if callable(get) else None
 
 
-# The loader's one call into the plan: what "auto" means on this device ---------------
+# The loader's one call into the plan: what "auto" means on this device ----------------
 
 
 def resolve_plan(asked: PlanRequest) -> LoaderChoice:

@@ -182,7 +182,7 @@ class EpochProgress:
             self.ahead.add(position)
 
 
-# The loader state: plain, versioned JSON data ----------------------------------------
+# The loader state: plain, versioned JSON data -----------------------------------------
 
 STATE_VERSION = 1
 

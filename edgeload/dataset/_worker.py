@@ -189,6 +189,23 @@ class SlotClaim:
 # What a worker does with one task -----------------------------------------------------
 
 
+def _init_worker(spec: FetchSpec, info: Any) -> None:
+    info.state["fetcher"] = Fetcher(spec, info.id, kind=info.kind)
+
+
+def _run(message: tuple[WorkerStart | None, Task]) -> Result:
+    from ..pipeline.workers import current_worker
+
+    info = current_worker()
+    if info is None:  # pragma: no cover - the pool always sets it
+        raise RuntimeError("edgeload loader task run outside a worker")
+    fetcher: Fetcher = info.state["fetcher"]
+    start, task = message
+    if start is not None:
+        fetcher.start(start)
+    return fetcher.run(task)
+
+
 class Fetcher:
     """The worker-side state: seeds, worker info, this worker's copy of the dataset."""
 

@@ -232,7 +232,7 @@ class DataLoader(Generic[T_co]):
     def _iter(self, it: EpochIterator | None) -> None:
         self._live = None if it is None else weakref.ref(it)
 
-    # torch's surface ---------------------------------------------------------------
+    # torch's surface ------------------------------------------------------------------
 
     def __setattr__(self, name: str, value: Any) -> None:
         initialized = self.__dict__.get("_initialized", False)
@@ -375,7 +375,7 @@ class DataLoader(Generic[T_co]):
         self._close_executor()
         self._slots.close()
 
-    # Checkpoint ----------------------------------------------------------------------
+    # Checkpoint -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: plain JSON data; see :func:`edgeload.save_state`.
@@ -418,7 +418,7 @@ class DataLoader(Generic[T_co]):
             **self._slots.stats(),
         }
 
-    # Lifecycle -----------------------------------------------------------------------
+    # Lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the workers and free the slots; idempotent."""
@@ -438,7 +438,7 @@ class DataLoader(Generic[T_co]):
             self.close()
 
 
-# Argument checks ---------------------------------------------------------------------
+# Argument checks ----------------------------------------------------------------------
 
 
 def check_arguments(
