@@ -88,7 +88,7 @@ def fallbacks() -> list[tuple[str, str]]:
 
     found: list[tuple[str, str]] = []
     if has_module("torch"):
-        from ..dataset._worker_ctx import thread_worker_fallbacks
+        from ..dataset._worker import thread_worker_fallbacks
 
         found += thread_worker_fallbacks()
     if has_module("cv2"):

@@ -10,30 +10,49 @@ for processes), fixed-size samples are collated straight into reusable slots, an
 
 One iterator is live at a time: ``iter(loader)`` ends the previous pass (torch does the
 same with ``persistent_workers=True``).  The loader holds its iterator weakly, so ``del``
-of an unfinished iterator stops its workers at once, as torch's does.
+of an unfinished iterator stops its workers at once, as torch's does.  Between epochs
+it keeps its executor and its slots; workers are stopped before slots are freed, so no
+worker can still be writing a slot that is handed out again.
 
 ``num_workers`` defaults to 0, as in torch: the default never changes the data (an
 IterableDataset that does not shard itself would yield every sample once per worker).
 ``num_workers="auto"`` opts into the device plan.
+
+torch's surface: torch checks the arguments and builds the sampler and batch sampler
+once, in the constructor, and then refuses to re-assign what they were built from;
+``len(loader)`` and the private names that code outside torch reads
+(``_auto_collation``, ``_index_sampler``) are derived from them.  The argument checks
+use torch's wording where torch has the check: each message starts with torch's phrase
+(code and tests match on it), then names what to pass instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+import math
+import multiprocessing
+import multiprocessing.context
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Literal, TypeVar
 
 from ..errors import ClosedError
 from ..pipeline._lifecycle import Lifecycle
-from ._auto import resolve_plan
-from ._datapipes import check_shuffles_are_seedable
-from ._epoch import EpochIterator
-from ._resume import apply_loader_state, loader_state
-from ._runner import EpochRunner
-from ._settings import UNPLANNED, LoaderChoice, epoch_settings, plan_request
-from ._state import LoaderState
-from ._torch_surface import TorchSurface
-from ._worker_ctx import get_worker_info
+from ..vocabulary import GPU_MEMORY_MODES
+from ._epoch import EpochIterator, LoaderSlots, make_loader_executor
+from ._sampling import EpochOrder, build_sampling, check_shuffles_are_seedable
+from ._settings import (
+    UNPLANNED,
+    LoaderChoice,
+    LoaderSettings,
+    epoch_settings,
+    plan_request,
+    resolve_plan,
+)
+from ._state import EpochProgress, LoaderState, apply_loader_state, begin_epoch, loader_state
+from ._worker import get_worker_info, install_seed_hooks, install_torch_hook
 
 __all__ = ["DataLoader", "get_worker_info"]
 
@@ -47,10 +66,16 @@ _PLANNED = (
     "multiprocessing_context",
 )
 
+KINDS = ("auto", "thread", "process")
+_THREADS_PER_CPU = 4
+
+FROZEN = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+"""Attributes torch refuses to re-assign after construction (the sampling is built)."""
+
 T_co = TypeVar("T_co", covariant=True)
 
 
-class DataLoader(TorchSurface, Generic[T_co]):
+class DataLoader(Generic[T_co]):
     """Batches from a dataset, like ``torch.utils.data.DataLoader``, sized for the device.
 
     Args:
@@ -90,12 +115,99 @@ class DataLoader(TorchSurface, Generic[T_co]):
     mode this device lacks). ``plan`` holds the plan consulted; ``stats()`` the counters.
     """
 
-    def _setup(self) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int | Literal["auto"] = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool | Literal["auto"] = "auto",
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        worker_kind: Literal["auto", "thread", "process"] = "auto",
+        prefetch_bytes: int | None = None,
+        memory_mode: str = "auto",
+        on_error: Literal["raise", "skip"] = "raise",
+        max_skips: int = 0,
+        engine: Any = None,
+    ) -> None:
+        check_arguments(
+            num_workers=num_workers,
+            timeout=timeout,
+            worker_kind=worker_kind,
+            on_error=on_error,
+            max_skips=max_skips,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            prefetch_bytes=prefetch_bytes,
+        )
+        check_gpu_mode(memory_mode, engine)
+        self.engine = engine
+        context = check_context(multiprocessing_context, num_workers)
+        self._sampling = sampling = build_sampling(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            drop_last=drop_last,
+            generator=generator,
+        )
+        self.dataset = dataset
+        self.batch_size = sampling.batch_size
+        self.drop_last = sampling.drop_last
+        self.sampler = sampling.sampler
+        self.batch_sampler = sampling.batch_sampler
+        self.generator = generator
+        self._len_called: int | None = None
+        """What ``len()`` last returned for an iterable dataset (torch warns past it)."""
+        self.num_workers = num_workers
+        self.collate_fn = collate_fn
+        self.pin_memory = pin_memory
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = context
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.pin_memory_device = pin_memory_device
+        if pin_memory and pin_memory_device:
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the "
+                f"device,ignore pin_memory_device='{pin_memory_device}'.",
+                stacklevel=2,
+            )
+        self.in_order = in_order
+        self.worker_kind = worker_kind
+        self.prefetch_bytes = prefetch_bytes
+        self.memory_mode = memory_mode
+        self.on_error = on_error
+        self.max_skips = max_skips
         self._choice: LoaderChoice = UNPLANNED
         self._planned: tuple[Any, ...] | None = None
         self._state = LoaderState()
-        self._runner = EpochRunner(self._state)
         self._lifecycle = Lifecycle.UNOPENED  # OPEN from the first iter(), CLOSED by close()
+        # What the loader keeps between epochs: its executor, its slots and its live epoch.
+        self._executor: Any = None
+        self._slots = LoaderSlots(
+            enabled=False, in_flight=0, budget_bytes=None, shared=False, mode="host"
+        )
+        self._live: weakref.ref[EpochIterator] | None = None
+        self._persistent = False
+        self._start_method = self._start_method_reason = ""
+        warn_worker_count(num_workers, threads=worker_kind == "thread")
+        # From now on, the FROZEN attributes refuse assignment, as torch's do.
+        self._initialized = True
 
     @property
     def plan(self) -> Any:
@@ -113,20 +225,54 @@ class DataLoader(TorchSurface, Generic[T_co]):
 
     @property
     def _iter(self) -> EpochIterator | None:
-        return self._runner.live
+        """The iterator of the epoch in progress (None between epochs)."""
+        return None if self._live is None else self._live()
 
-    # torch's surface ---------------------------------------------------------------
+    @_iter.setter
+    def _iter(self, it: EpochIterator | None) -> None:
+        self._live = None if it is None else weakref.ref(it)
+
+    # torch's surface ------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        initialized = self.__dict__.get("_initialized", False)
+        if initialized and name in FROZEN:
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is "
+                "initialized; build a new DataLoader with the new value"
+            )
+        if initialized and name == "multiprocessing_context":
+            value = check_context(value, self.num_workers)
+        super().__setattr__(name, value)
+
+    @property
+    def _auto_collation(self) -> bool:
+        return self._sampling.auto_collation
+
+    @property
+    def _index_sampler(self) -> Any:
+        return self._sampling.index_sampler
+
+    def __len__(self) -> int:
+        """Batches per epoch, as torch counts them (iterable datasets: from ``len()``)."""
+        s = self._sampling
+        if s.iterable:
+            length = self._len_called = len(self.dataset)
+            if s.batch_size is not None:
+                length = length // s.batch_size if s.drop_last else math.ceil(length / s.batch_size)
+            return int(length)
+        return len(s.index_sampler)
 
     def __iter__(self) -> Iterator[Any]:
         """Start an epoch (or resume the one loaded by ``load_state_dict``)."""
         if self._lifecycle is Lifecycle.CLOSED:
             raise ClosedError("DataLoader: iter() after close()")
         self._lifecycle = Lifecycle.OPEN
-        self._runner.abandon()
+        self._abandon()
         self._resolve()
         check_shuffles_are_seedable(self.dataset, self._choice.num_workers)
         settings = epoch_settings(self, self._choice)
-        return self._runner.start(settings, length=self.__len__, len_called=self._len_called)
+        return self._start_epoch(settings, length=self.__len__, len_called=self._len_called)
 
     def _resolve(self) -> None:
         """Take the plan's choices for what the user left on ``"auto"``.
@@ -140,9 +286,96 @@ class DataLoader(TorchSurface, Generic[T_co]):
         self._planned = planned
         self._choice = resolve_plan(plan_request(self))
         slots = self.collate_fn is None and self._sampling.auto_collation
-        self._runner.replan(self._choice, slots_enabled=slots, engine=self.engine)
+        self._replan(self._choice, slots_enabled=slots, engine=self.engine)
 
-    # Checkpoint ----------------------------------------------------------------------
+    # Epochs: the executor, the slots and the live epoch kept between them -------------
+
+    def _replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
+        """Stop the workers and free the slots of the previous plan; make slots for this one."""
+        self._stop_workers_and_free_slots()
+        if choice.worker_kind == "thread":
+            install_torch_hook()
+            install_seed_hooks()
+        self._slots = LoaderSlots(
+            enabled=slots_enabled,
+            in_flight=choice.in_flight,
+            budget_bytes=choice.prefetch_bytes,
+            shared=choice.worker_kind == "process",
+            mode=choice.memory_mode,
+            engine=engine,
+        )
+
+    def _start_epoch(
+        self, settings: LoaderSettings, *, length: Any, len_called: int | None
+    ) -> EpochIterator:
+        """Begin an epoch, or resume the loaded one (the caller ended the live one)."""
+        order = EpochOrder(settings.sampling, settings.generator)
+        keep = self._persistent and self._executor is not None
+        shared, progress = begin_epoch(self._state, order, settings, keep_seed=keep)
+        self._persistent = settings.persistent
+        if self._executor is None or not settings.persistent:
+            self._close_executor()
+            self._executor = make_loader_executor(settings)
+            self._start_method = getattr(self._executor, "start_method", "")
+            self._start_method_reason = getattr(self._executor, "start_method_reason", "")
+        epoch = EpochProgress(max(1, settings.num_workers))
+        if progress is not None:
+            epoch.load(progress)
+        base_seed = int(self._state.base_seed or 0)
+        starts = epoch.worker_starts(base_seed, shared, settings.sampling.iterable)
+        for w, start in enumerate(starts):
+            self._executor.start_worker(w, start)
+        it = EpochIterator(
+            settings,
+            self._state,
+            executor=self._executor,
+            slots=self._slots,
+            order=order,
+            progress=epoch,
+            length=length,
+            len_called=len_called,
+            on_end=self._ended,
+        )
+        self._iter = it
+        return it
+
+    def _live_state(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The live epoch's order state and progress (None between epochs)."""
+        it = self._iter
+        return None if it is None or it.done else (it.order_state(), it.progress.state())
+
+    def _ended(self, it: EpochIterator, finished: bool) -> None:
+        if finished:
+            if it is self._iter:
+                self._state.finish_epoch()
+                self._iter = None
+            if not self._persistent:
+                self._close_executor()
+        elif self._iter in (it, None):
+            # An unfinished iterator was deleted: stop its workers now, as torch does.
+            self._close_executor()
+
+    def _abandon(self) -> None:
+        """End the live epoch, if any: stop its workers, then release its slots."""
+        live = self._iter
+        if live is not None and not live.done:
+            self._close_executor()
+        if live is not None:
+            live.close()
+            self._iter = None
+
+    def _close_executor(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def _stop_workers_and_free_slots(self) -> None:
+        """Stop the workers and free the slots (batches the user holds stay valid)."""
+        self._abandon()
+        self._close_executor()
+        self._slots.close()
+
+    # Checkpoint -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader is: plain JSON data; see :func:`edgeload.save_state`.
@@ -154,7 +387,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
             self._state,
             num_workers=self._choice.num_workers,
             worker_kind=self._choice.worker_kind,
-            live=self._runner.live_state(),
+            live=self._live_state(),
             generator=self.generator,
         )
 
@@ -164,7 +397,7 @@ class DataLoader(TorchSurface, Generic[T_co]):
         Raises:
             ValueError: not a loader state, or one of another version.
         """
-        self._runner.abandon()
+        self._abandon()
         apply_loader_state(self._state, state, generator=self.generator)
 
     def stats(self) -> dict[str, Any]:
@@ -172,16 +405,27 @@ class DataLoader(TorchSurface, Generic[T_co]):
         mode and why, slots. Before the first ``iter()`` they show what the plan chose."""
         if self._lifecycle is not Lifecycle.CLOSED:
             self._resolve()
-        return self._runner.stats(self._choice)
+        choice = self._choice
+        return {
+            **self._state.counters,
+            "skipped": list(self._state.skips),
+            "num_workers": choice.num_workers,
+            "worker_kind": choice.worker_kind,
+            "memory_mode": choice.memory_mode,
+            "memory_mode_reason": choice.memory_mode_reason,
+            "start_method": self._start_method,
+            "start_method_reason": self._start_method_reason,
+            **self._slots.stats(),
+        }
 
-    # Lifecycle -----------------------------------------------------------------------
+    # Lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
         """Stop the workers and free the slots; idempotent."""
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        self._runner.close()
+        self._stop_workers_and_free_slots()
 
     def __enter__(self) -> DataLoader[T_co]:
         return self
@@ -192,3 +436,116 @@ class DataLoader(TorchSurface, Generic[T_co]):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
             self.close()
+
+
+# Argument checks ----------------------------------------------------------------------
+
+
+def check_arguments(
+    *,
+    num_workers: Any,
+    timeout: float,
+    worker_kind: str,
+    on_error: str,
+    max_skips: Any,
+    prefetch_factor: int | None,
+    persistent_workers: bool,
+    prefetch_bytes: int | None,
+) -> None:
+    """Reject bad DataLoader arguments.
+
+    Raises:
+        ValueError: naming the argument, the value and what to pass instead.
+    """
+    if num_workers != "auto" and (
+        not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0
+    ):
+        raise ValueError(
+            f"num_workers option should be non-negative; got {num_workers!r}: pass an int "
+            ">= 0 (0 loads in the calling thread) or 'auto' (the device plan's count)"
+        )
+    if timeout < 0:
+        raise ValueError(f"timeout option should be non-negative, got {timeout}")
+    if worker_kind not in KINDS:
+        raise ValueError(f"worker_kind must be one of {KINDS}, got {worker_kind!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not isinstance(max_skips, int) or max_skips < 0:
+        raise ValueError(f"max_skips must be an int >= 0, got {max_skips!r}")
+    if prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError("prefetch_factor option should be non-negative")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            "prefetch_factor option could only be specified in multiprocessing.let "
+            "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+        )
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0")
+    if prefetch_bytes is not None and prefetch_bytes < 1:
+        raise ValueError(f"prefetch_bytes must be >= 1 or None, got {prefetch_bytes}")
+
+
+def check_context(context: Any, num_workers: Any) -> Any:
+    """Validate ``multiprocessing_context`` as torch does; return the context (or None).
+
+    Raises:
+        ValueError: a context with ``num_workers=0``, or an unknown start method.
+        TypeError: neither a start method name nor a ``multiprocessing`` context.
+    """
+    if context is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading "
+            f"(num_workers > 0), but got num_workers={num_workers}; pass num_workers=2 "
+            "(or 'auto') with it, or drop multiprocessing_context"
+        )
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise ValueError(
+                f"multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={context!r}"
+            )
+        return multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string "
+            f"specifying the start method, but got multiprocessing_context={context!r}; "
+            "pass 'fork', 'spawn', 'forkserver' or multiprocessing.get_context(...)"
+        )
+    return context
+
+
+def warn_worker_count(num_workers: Any, *, threads: bool) -> None:
+    """Warn, as torch does, when more workers are asked for than this process has CPUs.
+
+    Thread workers mostly wait on I/O or run code that releases the GIL, so for them
+    the limit is four per CPU.
+    """
+    if not isinstance(num_workers, int) or num_workers <= 0:
+        return
+    has_affinity = hasattr(os, "sched_getaffinity")
+    suggested = len(os.sched_getaffinity(0)) if has_affinity else os.cpu_count()
+    if suggested is not None and threads:
+        suggested *= _THREADS_PER_CPU
+    if suggested is not None and num_workers <= suggested:
+        return
+    what = "threads" if threads else "processes"
+    cpuset = "" if has_affinity else " (`cpuset` is not taken into account)"
+    warnings.warn(
+        f"This DataLoader will create {num_workers} worker {what} in total. Our suggested max "
+        f"number of worker in current system is {suggested}{cpuset}, which is smaller than "
+        "what this DataLoader is going to create. Please be aware that excessive worker "
+        "creation might get DataLoader running slow or even freeze, lower the worker number "
+        "to avoid potential slowness/freeze if necessary (or pass num_workers='auto').",
+        stacklevel=3,
+    )
+
+
+def check_gpu_mode(memory_mode: str, engine: Any) -> None:
+    """Raise PlatformError now (in the constructor) if an explicit GPU mode cannot work."""
+    if memory_mode in GPU_MEMORY_MODES:
+        from ..cuda.slot_mode import check_slot_mode
+
+        check_slot_mode(memory_mode, engine)

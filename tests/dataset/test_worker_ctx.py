@@ -17,7 +17,7 @@ from torch.utils.data._utils import worker
 
 import edgeload
 from edgeload import DataLoader
-from edgeload.dataset._worker_ctx import ThreadRNG, ThreadWorkerInfo, thread_worker_fallbacks
+from edgeload.dataset._worker import ThreadRNG, ThreadWorkerInfo, thread_worker_fallbacks
 
 THREADS = {"num_workers": 2, "worker_kind": "thread"}
 FORK = {"num_workers": 2, "multiprocessing_context": "fork"}
