@@ -218,7 +218,9 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
                           decoder="software")  # fmt: skip
     reader = StreamReader(source, target, stream_id=7, sink=lambda f, *info: True)
     reader.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while reader.connection.attempts < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
     assert reader.connection.attempts >= 3
     assert "could not open" in reader.connection.last_error.message
