@@ -4,7 +4,7 @@
 to the assembler.  On the consumer's side, :class:`Delivery` waits for the next
 shipped slot, reports the streams that ended with an error (``raise_failures``) and
 turns the slot into a :class:`Batch` (``build_batch``), counted in the loader's
-:class:`~edgeload.video.stats.Telemetry`.
+:class:`~edgeload.video._stats.Telemetry`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from ..pipeline.prefetch import END
 from ._frame_loop import Sink, Wants
 from ._hand_over import FreshFrame
 from ._mux import Mux
+from ._stats import Telemetry
 from ._stream_table import StreamEntry, StreamTable
 from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
 from .reader import StreamReader
 from .source import FrameInfo
-from .stats import Telemetry
 
 _log = logging.getLogger("edgeload")
 

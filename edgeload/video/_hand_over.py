@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ._placement import Placement, Sealed
-from .resize import FrameWriter
+from ._resize import FrameWriter
 from .source import FrameInfo
 
 

@@ -18,14 +18,14 @@ from typing import Any, Callable, Union
 from .._deps import require_cv2, require_torch
 from ..pipeline.lifecycle import join_threads
 from ._delivery import Delivery, device_copier, reader_for
-from ._gst_pipelines import hardware_decoder
+from ._gstreamer import hardware_decoder
 from ._mux import Mux
 from ._settings import StreamSettings, memory_mode_for, plan_streams
+from ._stats import loader_stats
 from ._stream_table import StreamTable
 from ._watchdog import watchdog
 from .capture import Target, build_target
 from .source import VideoSource, as_source
-from .stats import loader_stats
 
 # evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
 SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .resize import Color, FrameWriter, Layout, ResizeMode
+from ._resize import Color, FrameWriter, Layout, ResizeMode
 from .source import Policy
 
 OnError = Literal["continue", "raise"]

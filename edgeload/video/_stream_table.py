@@ -11,9 +11,9 @@ import logging
 import threading
 from typing import Any, Callable
 
+from ._resize import FrameWriter
 from .capture import Target
 from .reader import StreamReader
-from .resize import FrameWriter
 from .source import Policy, VideoSource, as_source
 
 _log = logging.getLogger("edgeload")

@@ -32,7 +32,7 @@ import numpy as np
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ._batch_pools import BatchPools
 from ._placement import OpenBatch, Placement, Sealed, clear_stale, mark_stale
-from .resize import FrameWriter
+from ._resize import FrameWriter
 from .source import FrameInfo
 
 __all__ = ["MAX_OPEN", "Assembler", "OpenBatch", "OpenBatches", "Sealed"]

@@ -4,7 +4,7 @@ A source string becomes a :class:`Target`: its kind, the backend (``gstreamer`` 
 ``ffmpeg``, or ``any`` for local cameras) and the exact string OpenCV opens, so the
 chosen pipeline is visible in stats.  GStreamer is chosen where the platform's plan
 says so and this OpenCV has it, with the board's hardware decoder (the pipelines are
-in :mod:`edgeload.video._gst_pipelines`).
+in :mod:`edgeload.video._gstreamer`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..errors import SourceError
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
 from ._cv_features import capture_features
 from ._ffmpeg import OPTIONS_VAR, THREADS_VAR, network_options, scoped_env
-from ._gst_pipelines import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
+from ._gstreamer import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
@@ -163,7 +163,7 @@ def build_target(
         backend: the per-source override, or ``auto`` for ``preferred``.
         preferred: the plan's decode backend for this device.
         decoder: the decoder chain name from
-            :func:`~edgeload.video._gst_pipelines.hardware_decoder`.
+            :func:`~edgeload.video._gstreamer.hardware_decoder`.
         gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
         rtsp_transport: the source's RTSP transport (``tcp``/``udp``), or None for TCP.
 

@@ -16,10 +16,10 @@ from ..errors import ClosedError
 from ..pipeline.lifecycle import Lifecycle, weak_call
 from ..platform.profile import Profile
 from ._parts import LoaderParts, SourceLike, target_for
+from ._resize import Color, Layout, ResizeMode
 from ._resume import load_loader_state, loader_state
 from ._settings import StreamSettings
 from .batch import Batch
-from .resize import Color, Layout, ResizeMode
 from .source import Policy
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]

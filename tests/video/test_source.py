@@ -20,7 +20,7 @@ from edgeload.video._ffmpeg import (
     rtsp_transport_used,
     scoped_env,
 )
-from edgeload.video._gst_pipelines import hardware_decoder
+from edgeload.video._gstreamer import hardware_decoder
 from edgeload.video.capture import build_target, classify
 from edgeload.video.reader import StreamReader
 
