@@ -15,10 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ._cutoff import GuardedCapture, StallGuard
+from ._capture import GuardedCapture, StallGuard, Target, open_capture, threads_for_size
 from ._fault import StreamFault
 from ._frame_loop import FrameLoop
-from .capture import Target, open_capture, threads_for_size
 from .source import SourceState, VideoSource
 
 
@@ -27,14 +26,14 @@ class Connection:
 
     Args:
         source: what to open.
-        target: how to open it (from :func:`~edgeload.video.capture.build_target`).
+        target: how to open it (from :func:`~edgeload.video._capture.build_target`).
         ffmpeg_threads: FFmpeg decode threads for the capture (the plan's); a small
-            file gets one (:func:`~edgeload.video.capture.threads_for_size`), which
+            file gets one (:func:`~edgeload.video._capture.threads_for_size`), which
             ``ffmpeg_threads`` then holds.
         gate: events to wait for before opening (local sources open before network
             ones), at most twice the open timeout in all.
         guard: the stall guard that times out blocking OpenCV calls, where this
-            OpenCV cannot (see :mod:`edgeload.video._cutoff`); None: not needed.
+            OpenCV cannot (see :mod:`edgeload.video._capture`); None: not needed.
     """
 
     def __init__(

@@ -17,6 +17,7 @@ from typing import Any, Callable, Union
 
 from .._deps import require_cv2, require_torch
 from ..pipeline.lifecycle import join_threads
+from ._capture import Target, build_target
 from ._delivery import Delivery, device_copier, reader_for
 from ._gstreamer import hardware_decoder
 from ._mux import Mux
@@ -24,7 +25,6 @@ from ._settings import StreamSettings, memory_mode_for, plan_streams
 from ._stats import loader_stats
 from ._stream_table import StreamTable
 from ._watchdog import watchdog
-from .capture import Target, build_target
 from .source import VideoSource, as_source
 
 # evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..measure import percentile
-from ._ffmpeg import rtsp_transport_used
+from ._capture import rtsp_transport_used
 
 
 class Telemetry:

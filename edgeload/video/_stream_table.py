@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Any, Callable
 
+from ._capture import Target
 from ._resize import FrameWriter
-from .capture import Target
 from .reader import StreamReader
 from .source import Policy, VideoSource, as_source
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 
+from ._capture import Target, guard_for
 from ._connection import Connection
-from ._cutoff import guard_for
 from ._frame_loop import FrameLoop, Sink, Wants
-from .capture import Target
 from .source import VideoSource
 
 _log = logging.getLogger("edgeload")
@@ -27,7 +26,7 @@ class StreamReader:
 
     Args:
         source: what to read.
-        target: how to open it (from :func:`~edgeload.video.capture.build_target`).
+        target: how to open it (from :func:`~edgeload.video._capture.build_target`).
         stream_id: the stream's number in its loader (names the thread).
         sink: receives each frame; see :data:`~edgeload.video._frame_loop.Sink`.
         ffmpeg_threads: FFmpeg decode threads for this stream.

@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..errors import SourceError
 from ..vocabulary import DecodeBackendSetting
-from .capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
+from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
