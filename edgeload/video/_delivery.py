@@ -22,14 +22,13 @@ import numpy as np
 from .._deps import require_torch
 from ..errors import SourceError
 from ..pipeline.prefetch import END
-from ._frame_loop import Sink, Wants
 from ._hand_over import FreshFrame
 from ._mux import Mux
+from ._reader import Sink, StreamReader, Wants
 from ._stats import Telemetry
 from ._stream_table import StreamEntry, StreamTable
 from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
-from .reader import StreamReader
 from .source import FrameInfo
 
 _log = logging.getLogger("edgeload")

@@ -20,8 +20,8 @@ from ..errors import ClosedError, WorkerTimeout
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
 from ._batch_pools import BatchPools
-from ._frame_loop import Wants
 from ._hand_over import FreshFrame, HandOver
+from ._reader import Wants
 from .assembler import MAX_OPEN, Assembler, Sealed
 from .demand import Demand
 

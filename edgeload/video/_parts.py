@@ -21,10 +21,10 @@ from ._capture import Target, build_target
 from ._delivery import Delivery, device_copier, reader_for
 from ._gstreamer import hardware_decoder
 from ._mux import Mux
+from ._reader import watchdog
 from ._settings import StreamSettings, memory_mode_for, plan_streams
 from ._stats import loader_stats
 from ._stream_table import StreamTable
-from ._watchdog import watchdog
 from .source import VideoSource, as_source
 
 # evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8

@@ -12,8 +12,8 @@ import threading
 from typing import Any, Callable
 
 from ._capture import Target
+from ._reader import StreamReader
 from ._resize import FrameWriter
-from .reader import StreamReader
 from .source import Policy, VideoSource, as_source
 
 _log = logging.getLogger("edgeload")

@@ -28,7 +28,7 @@ from edgeload.video._capture import (
     parse_version,
     remote_addresses,
 )
-from edgeload.video.reader import StreamReader
+from edgeload.video._reader import StreamReader
 
 
 def test_versions_parse_with_suffixes():

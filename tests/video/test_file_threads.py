@@ -17,7 +17,7 @@ from _media import clip, media_dir
 from edgeload.platform.profile import Profile
 from edgeload.video import StreamLoader, VideoSource
 from edgeload.video._capture import SMALL_FILE_PIXELS, build_target, capture_features
-from edgeload.video.reader import StreamReader
+from edgeload.video._reader import StreamReader
 
 pytestmark = pytest.mark.skipif(
     not capture_features().n_threads,

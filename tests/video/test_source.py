@@ -23,7 +23,7 @@ from edgeload.video._capture import (
     scoped_env,
 )
 from edgeload.video._gstreamer import hardware_decoder
-from edgeload.video.reader import StreamReader
+from edgeload.video._reader import StreamReader
 
 
 @pytest.fixture(scope="module")
