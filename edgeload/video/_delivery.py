@@ -22,12 +22,12 @@ import numpy as np
 from .._deps import require_torch
 from ..errors import SourceError
 from ..pipeline.prefetch import END
+from ._assembler import Assembler, Sealed
 from ._hand_over import FreshFrame
 from ._mux import Mux
 from ._reader import Sink, StreamReader, Wants
 from ._stats import Telemetry
 from ._stream_table import StreamEntry, StreamTable
-from .assembler import Assembler, Sealed
 from .batch import Batch, FrameMeta
 from .source import FrameInfo
 
@@ -38,7 +38,7 @@ def make_sink(
     asm: Assembler, stream: StreamEntry, running: Callable[[], bool], fresh: FreshFrame | None
 ) -> Sink:
     """The reader's sink: claim a place, resize the frame into it, commit it
-    (:meth:`~edgeload.video.assembler.Assembler.deliver`); or, for a ``latest`` stream
+    (:meth:`~edgeload.video._assembler.Assembler.deliver`); or, for a ``latest`` stream
     beside active ``every`` ones, resize it into ``fresh``."""
     writer, latest = stream.writer, stream.source.policy == "latest"
     # A partial of the assembler's method: no Python frame of its own per frame.

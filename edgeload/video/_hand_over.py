@@ -9,7 +9,7 @@ stream's reader converts into a :class:`FreshFrame` of its own, timed by the
 consumer's cadence (:class:`~edgeload.video.demand.Demand`), and the consumer's
 thread copies the newest one into the batch as it hands the batch over
 (:meth:`HandOver.fill`: one copy of a place, about 0.3 ms at 640x640).  The
-``every`` streams leave those places empty (:mod:`edgeload.video._placement`).
+``every`` streams leave those places empty (:mod:`edgeload.video._assembler`).
 Once no ``every`` stream is active, ``latest`` frames go into the batches directly,
 as in an all-``latest`` loader.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._placement import Placement, Sealed
+from ._assembler import Placement, Sealed
 from ._resize import FrameWriter
 from .source import FrameInfo
 

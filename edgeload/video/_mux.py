@@ -1,6 +1,6 @@
 """The batching side of a StreamLoader: slot pools, the mux thread, the prefetch queue.
 
-The :class:`~edgeload.video.assembler.Assembler` places the readers' frames into batch
+The :class:`~edgeload.video._assembler.Assembler` places the readers' frames into batch
 slots; its loop runs in the mux thread (``edgeload-video-mux``) and ships each batch
 into a bounded :class:`~edgeload.pipeline.prefetch.Prefetcher`, which the consumer's
 ``next()`` reads.  With every stream ``latest`` the queue holds one batch (a newer one
@@ -19,10 +19,9 @@ from typing import Any, Callable
 from ..errors import ClosedError, WorkerTimeout
 from ..pipeline.lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
-from ._batch_pools import BatchPools
+from ._assembler import MAX_OPEN, Assembler, BatchPools, Sealed
 from ._hand_over import FreshFrame, HandOver
 from ._reader import Wants
-from .assembler import MAX_OPEN, Assembler, Sealed
 from .demand import Demand
 
 

@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from edgeload.video._batch_pools import BatchPools
-from edgeload.video.assembler import Assembler
+from edgeload.video._assembler import Assembler, BatchPools
 from edgeload.video.source import FrameInfo
 
 _POINTS = ("call", "c_return")  # where CPython runs a signal handler in the main thread

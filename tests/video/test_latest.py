@@ -9,9 +9,8 @@ import pytest
 from _media import clip, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
-from edgeload.video._batch_pools import BatchPools
+from edgeload.video._assembler import Assembler, BatchPools
 from edgeload.video._reader import CaptureClock, LiveEdge
-from edgeload.video.assembler import Assembler
 from edgeload.video.demand import Demand
 from edgeload.video.source import FrameInfo
 
