@@ -64,7 +64,7 @@ class OpenBatches:
         deadline_s: seal a partial batch this long after it opened.
         active: returns the ids of streams still delivering, in place order.
         hand_over: ``latest`` frames beside ``every`` streams are filled in at the
-            hand-over (:mod:`edgeload.video._hand_over`), not placed here.
+            hand-over (:class:`~edgeload.video._mux.HandOver`), not placed here.
     """
 
     def __init__(
@@ -328,7 +328,7 @@ class Placement:
         self.latest: set[int] = set()  # the ``latest`` streams
         self.hand_over = False
         """``latest`` frames beside active ``every`` streams are filled in as a batch is
-        handed over (:mod:`edgeload.video._hand_over`); sealing does not wait for them."""
+        handed over (:class:`~edgeload.video._mux.HandOver`); sealing does not wait for them."""
 
     def handing_over(self) -> bool:
         """Whether ``latest`` frames are filled in at the hand-over now (never in a

@@ -23,8 +23,7 @@ from .._deps import require_torch
 from ..errors import SourceError
 from ..pipeline.prefetch import END
 from ._assembler import Assembler, Sealed
-from ._hand_over import FreshFrame
-from ._mux import Mux
+from ._mux import FreshFrame, Mux
 from ._reader import Sink, StreamReader, Wants
 from ._stats import Telemetry
 from ._stream_table import StreamEntry, StreamTable

@@ -15,7 +15,7 @@ that thread it runs:
   (decoded to BGR, into the same buffer every frame: ``cap.retrieve(image=buf)``).
   Frames the ``fps`` limit does not want, the backlog a fresh connection hands over
   (:class:`LiveEdge`), ``latest`` frames no batch will ship
-  (:mod:`edgeload.video._mux`, ``Demand``) and the frames a realtime replay fell behind
+  (:class:`~edgeload.video._mux.Demand`) and the frames a realtime replay fell behind
   on are grabbed and never retrieved, so they cost no colour conversion, copy or
   resize.  Where no such rule applies (a file read without an ``fps`` limit or demand)
   every frame is converted, and one ``cap.read(image=buf)`` does both: one native call,
@@ -105,7 +105,7 @@ class StreamReader:
         gate: events to wait for before opening (local sources open before network
             ones), at most twice the open timeout in all.
         wants: asked after each grab whether to convert the frame (``latest``
-            streams of a loader: see ``Demand`` in :mod:`edgeload.video._mux`); None: all.
+            streams of a loader: see :class:`~edgeload.video._mux.Demand`); None: all.
     """
 
     def __init__(

@@ -10,8 +10,8 @@ from _media import clip, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
 from edgeload.video._assembler import Assembler, BatchPools
+from edgeload.video._mux import Demand
 from edgeload.video._reader import CaptureClock, LiveEdge
-from edgeload.video.demand import Demand
 from edgeload.video.source import FrameInfo
 
 
