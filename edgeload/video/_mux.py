@@ -32,12 +32,12 @@ Beside ``every`` streams a ``latest`` frame is copied into the batch as the cons
 takes it (:class:`HandOver`), so the same cadence times its conversion, and nothing
 waits for the consumer there (``pending`` is 0).
 
-**``latest`` frames beside ``every`` streams: filled in as the batch is handed over**
-(:class:`HandOver`).  In a loader that also has ``every`` streams, a batch is sealed
-once the ``every`` streams have filled it, and then waits in the prefetch queue (up to
-``slot_count - 2`` batches, so their readers never idle).  A ``latest`` frame placed
-when the batch is sealed waits there with it: with a 150 ms model it was 1.07 s old at
-the median (``docs/performance.md``).  So, while an ``every`` stream is active, a
+**The hand-over** (:class:`HandOver`): ``latest`` frames beside ``every`` streams are
+filled in as the batch is handed over.  In a loader that also has ``every`` streams, a
+batch is sealed once the ``every`` streams have filled it, and then waits in the
+prefetch queue (up to ``slot_count - 2`` batches, so their readers never idle).  A
+``latest`` frame placed when the batch is sealed waits there with it: with a 150 ms
+model it was 1.07 s old at the median (``docs/performance.md``).  So, while an ``every`` stream is active, a
 ``latest`` stream's reader converts into a :class:`FreshFrame` of its own, timed by the
 consumer's cadence (:class:`Demand`), and the consumer's thread copies the newest one
 into the batch as it hands the batch over (:meth:`HandOver.fill`: one copy of a place,
