@@ -13,16 +13,17 @@ from _servers import frozen_http_camera, wait_until
 
 from edgeload.errors import SourceError
 from edgeload.video import SourceState, VideoSource
-from edgeload.video._ffmpeg import (
+from edgeload.video._capture import (
     OPTIONS_VAR,
     THREADS_VAR,
+    build_target,
+    classify,
     network_options,
     rtsp_transport_used,
     scoped_env,
 )
-from edgeload.video._gst_pipelines import hardware_decoder
-from edgeload.video.capture import build_target, classify
-from edgeload.video.reader import StreamReader
+from edgeload.video._gstreamer import hardware_decoder
+from edgeload.video._reader import StreamReader
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +249,7 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
 
 def test_target_for_shows_what_a_loader_would_open():
     from edgeload.video import target_for
-    from edgeload.video.capture import opencv_has
+    from edgeload.video._capture import opencv_has
 
     target = target_for("rtsp://10.0.0.2/main")
     if opencv_has("gstreamer"):
