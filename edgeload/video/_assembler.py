@@ -27,7 +27,7 @@ stay valid.
 The consumer's thread, where Ctrl-C lands, takes the assembler's lock as ``with
 self._lock`` (C code), never through the Condition: ``Condition.__enter__`` is a
 Python frame that an interrupt can leave with the lock taken, and every reader stuck
-on it (issue #13).  Nor does it run generators there (``np.isin`` does): an interrupt
+on it.  Nor does it run generators there (``np.isin`` does): an interrupt
 inside one that is being closed is printed and lost.
 """
 
