@@ -88,6 +88,8 @@ LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline
 SMALL_FILE_PIXELS = 2 * 320 * 240
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
+PIPELINE_PREFIX = "gst:"
+"""A source string that starts with this is a GStreamer pipeline (the rest of it)."""
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
@@ -116,7 +118,9 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
 
     Args:
         uri: a file path, ``rtsp://``/``http(s)://`` URL, camera index, ``/dev/videoN``,
-            ``csi://N`` or a GStreamer pipeline (contains ``!``).
+            ``csi://N`` or a GStreamer pipeline written after a ``gst:`` prefix.  Only
+            that prefix makes a pipeline: any other string is a path or URL, whatever
+            characters (``!``, quotes, spaces) it holds.
 
     Raises:
         SourceError: the file does not exist, the scheme is unknown or the pipeline
@@ -132,10 +136,15 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
         if uri < 0:
             raise SourceError(f"camera index {uri} is negative; use 0, 1, ...", source=uri)
         return "device", uri
-    text = os.fspath(uri).strip()  # type: ignore[arg-type]
-    if "!" in text:
-        _check_pipeline(text)
-        return "pipeline", text
+    raw = os.fspath(uri)  # type: ignore[arg-type]
+    # A file name may end in a space; a URL or pipeline read from a config file may not.
+    text = raw if Path(raw).is_file() else raw.strip()
+    if text.startswith(PIPELINE_PREFIX):
+        # The one way to a pipeline: a path or URL from a config file with a '!' in it
+        # must never become elements nobody wrote.
+        pipeline = text[len(PIPELINE_PREFIX) :].strip()
+        _check_pipeline(pipeline, source=uri)
+        return "pipeline", pipeline
     scheme = _SCHEME.match(text)
     if scheme:
         name = scheme.group(1).lower()
@@ -157,7 +166,7 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
             raise SourceError(
                 f"video source {text!r}: unknown scheme {name!r}; use a file path, "
                 "rtsp://, http(s)://, csi://N, /dev/videoN, a camera index or a "
-                "GStreamer pipeline with '!'",
+                "GStreamer pipeline after 'gst:'",
                 source=uri,
             )
     if re.fullmatch(r"/dev/video\d+", text):
@@ -173,19 +182,19 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
     return "file", text
 
 
-def _check_pipeline(text: str) -> None:
+def _check_pipeline(text: str, *, source: object) -> None:
     parts = [p.strip() for p in text.split("!")]
     if any(not p for p in parts) or text.count('"') % 2:
         raise SourceError(
             f"GStreamer pipeline {text!r} is malformed (an empty element between '!' or an "
             "unclosed quote); test it with gst-launch-1.0 first",
-            source=text,
+            source=source,
         )
     if not re.match(r"^[A-Za-z]", parts[0]) or "appsink" not in parts[-1]:
         raise SourceError(
             f"GStreamer pipeline {text!r} must start with a source element and end in "
             f"an appsink for OpenCV, e.g. '... ! {TO_BGR} ! {LIVE_SINK}'",
-            source=text,
+            source=source,
         )
 
 

@@ -22,6 +22,16 @@ _DECODERS = {
 }
 
 
+def quote(value: str) -> str:
+    """``value`` as one quoted GStreamer property value: it cannot end the property or
+    add elements, whatever it holds (``!``, quotes, spaces, ``=``).
+
+    gst-launch syntax reads a double-quoted string as one token and takes a backslash
+    inside it to escape the next character.
+    """
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def hardware_decoder(platform: Any) -> str:
     """The decoder chain name for this board: ``jetson``, ``rpi4`` or ``software``."""
     family = str(getattr(platform, "family", "") or "")
@@ -44,7 +54,7 @@ def csi_pipeline(sensor: int) -> str:
 
 def device_pipeline(device: str) -> str:
     """A V4L2 camera (``/dev/videoN``)."""
-    return f"v4l2src device={device} ! {TO_BGR} ! {LIVE_SINK}"
+    return f"v4l2src device={quote(device)} ! {TO_BGR} ! {LIVE_SINK}"
 
 
 def decode_pipeline(kind: str, location: str, decoder: str, transport: str) -> str:
@@ -54,15 +64,15 @@ def decode_pipeline(kind: str, location: str, decoder: str, transport: str) -> s
     if kind == "rtsp":
         # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.
         head = (
-            f'rtspsrc location="{location}" latency=0 protocols={transport} '
+            f"rtspsrc location={quote(location)} latency=0 protocols={transport} "
             "! rtph264depay ! h264parse"
         )
         sink = LIVE_SINK
     elif kind == "http":
-        head = f'souphttpsrc location="{location}" is-live=true ! decodebin'
+        head = f"souphttpsrc location={quote(location)} is-live=true ! decodebin"
         return f"{head} ! {TO_BGR} ! {LIVE_SINK}"
     else:
         demux = "matroskademux" if location.lower().endswith(".mkv") else "qtdemux"
-        head = f'filesrc location="{location}" ! {demux} ! h264parse'
+        head = f"filesrc location={quote(location)} ! {demux} ! h264parse"
         sink = FILE_SINK
     return f"{head} ! {chain} ! {TO_BGR} ! {sink}"

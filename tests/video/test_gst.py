@@ -39,13 +39,26 @@ def test_file_decodes_through_a_gstreamer_pipeline(tmp_path_factory):
     assert np.abs(frames[0].astype(int) - reference.astype(int)).mean() < 3
 
 
+@pytest.mark.parametrize("name", ["clip!1.mp4", 'a "quoted" name.mp4', "k=v ! fakesink.mp4"])
+def test_a_file_name_with_pipeline_characters_opens_as_that_file(tmp_path_factory, name):
+    import shutil
+
+    path = tmp_path_factory.mktemp("odd") / name
+    shutil.copy(clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0), path)
+    with StreamLoader([VideoSource(path, backend="gstreamer")], size=(160, 120)) as loader:
+        frames = sum(1 for _ in loader)
+        stats = loader.stats()["streams"][0]
+    assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
+    assert frames == 30
+
+
 def test_raw_pipeline_is_a_live_source():
     pipeline = (
         "videotestsrc is-live=true pattern=ball ! video/x-raw,width=320,height=240,"
         "framerate=30/1 ! videoconvert ! video/x-raw,format=BGR ! "
         "appsink drop=true max-buffers=1 sync=false"
     )
-    source = VideoSource(pipeline)
+    source = VideoSource("gst:" + pipeline)
     assert source.live and source.policy == "latest"
     with StreamLoader([source], size=(64, 64), layout="NCHW", color="rgb") as loader:
         batches = list(itertools.islice(loader, 10))
