@@ -73,7 +73,18 @@ from .._deps import require_cv2
 from ..errors import SourceError
 from ..pipeline._lifecycle import POLL_INTERVAL_S, scoped_environ
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
-from ._gstreamer import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
+from ._gstreamer import (
+    LIVE_SINK,
+    TO_BGR,
+    Elements,
+    Output,
+    StreamInfo,
+    csi_pipeline,
+    decode_pipeline,
+    device_pipeline,
+    discover,
+    has_element,
+)
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
@@ -106,6 +117,18 @@ class Target:
     rtsp_transport: RtspTransport | None = None
     """RTSP only: ``tcp`` or ``udp`` as the source asked; None: TCP unless the
     ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` environment variable names another."""
+    yuv: str = ""
+    """GStreamer decode pipelines: ``I420``/``NV12`` when frames arrive as one YUV plane
+    at the target size (the frame writer converts them); '' for BGR."""
+    codec: str = ""
+    """The stream's codec as found (``h264``, ``h265``, ``mjpeg``, ...); '' unknown."""
+    container: str = ""
+    """``mp4``, ``mkv``, ``ts``, ``avi``, ``rtp``; '' unknown."""
+    pending: bool = False
+    """An RTSP pipeline whose codec is found when the reader opens it (:func:`resolve`)."""
+    location: str = ""
+    board: str = ""
+    output: Output | None = None
 
     @property
     def live(self) -> bool:
@@ -217,6 +240,9 @@ def build_target(
     decoder: str,
     gstreamer: bool | None = None,
     rtsp_transport: RtspTransport | None = None,
+    output: Output | None = None,
+    info: StreamInfo | None = None,
+    elements: Elements = has_element,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -228,9 +254,15 @@ def build_target(
             :func:`~edgeload.video._gstreamer.hardware_decoder`.
         gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
         rtsp_transport: the source's RTSP transport (``tcp``/``udp``), or None for TCP.
+        output: the size, resize mode and fps the loader wants (GStreamer pipelines
+            scale to it); None: the stream's own size.
+        info: the stream's codec and container; None finds them (files now, RTSP when
+            the reader opens it: :func:`resolve`).
+        elements: whether this GStreamer has an element (tests pass a board's list).
 
     Raises:
-        SourceError: the source needs GStreamer and this OpenCV has none.
+        SourceError: the source needs GStreamer and this OpenCV has none, or its codec
+            has no decoder here.
     """
     want = preferred if backend == "auto" else backend
     needs_gst = kind in ("csi", "pipeline")
@@ -258,8 +290,38 @@ def build_target(
     transport = rtsp_transport if kind == "rtsp" else None
     if want == "ffmpeg":
         return Target(kind, "ffmpeg", str(value), rtsp_transport=transport)
-    pipeline = decode_pipeline(kind, str(value), decoder, transport or "tcp")
-    return Target(kind, "gstreamer", pipeline, rtsp_transport=transport)
+    location, out = str(value), output or Output()
+    pending = kind == "rtsp" and info is None
+    if info is None:
+        # A file is read here and now; a camera may be down: RTSP is found at open.
+        info = discover(kind, location, timeout_s=10.0) if kind == "file" else StreamInfo()
+    if kind == "rtsp":
+        info = dataclasses.replace(info, container="rtp")
+    pipeline, yuv = decode_pipeline(kind, location, decoder, transport=transport or "tcp",
+                                    info=info, out=out, elements=elements)  # fmt: skip
+    return Target(kind, "gstreamer", pipeline, rtsp_transport=transport, yuv=yuv,
+                  codec=info.codec, container=info.container, pending=pending,
+                  location=location, board=decoder, output=out)  # fmt: skip
+
+
+def resolve(target: Target, *, timeout_s: float, elements: Elements = has_element) -> Target:
+    """``target`` with its pipeline built for the codec the stream carries (RTSP through
+    GStreamer, at each open); unchanged when the stream cannot be asked now.
+
+    Raises:
+        SourceError: the codec has no decoder here (opening again would not help).
+    """
+    if not target.pending:
+        return target
+    info = discover(target.kind, target.location, timeout_s=timeout_s)
+    if not info.codec:
+        return target  # down, or nothing could tell: decodebin tries, the retry asks again
+    pipeline, yuv = decode_pipeline(
+        target.kind, target.location, target.board, transport=target.rtsp_transport or "tcp",
+        info=info, out=target.output or Output(), elements=elements,
+    )  # fmt: skip
+    return dataclasses.replace(target, open_string=pipeline, yuv=yuv, codec=info.codec,
+                               pending=False)  # fmt: skip
 
 
 def open_capture(

@@ -22,7 +22,7 @@ from edgeload.video._capture import (
     rtsp_transport_used,
     scoped_env,
 )
-from edgeload.video._gstreamer import hardware_decoder
+from edgeload.video._gstreamer import StreamInfo, hardware_decoder
 from edgeload.video._reader import StreamReader
 
 
@@ -119,9 +119,9 @@ def test_backoff_is_jittered_exponential_and_capped():
 @pytest.mark.parametrize(
     ("family", "soc", "decoder", "element"),
     [
-        ("jetson", "tegra234", "jetson", "nvv4l2decoder ! nvvidconv"),
+        ("jetson", "tegra234", "jetson", "nvv4l2decoder enable-max-performance=1 ! nvvidconv"),
         ("raspberry_pi", "bcm2711", "rpi4", "v4l2h264dec"),
-        ("raspberry_pi", "bcm2712", "software", "avdec_h264"),  # a Pi 5 has no H.264 block
+        ("raspberry_pi", "bcm2712", "rpi5", "avdec_h264"),  # a Pi 5 has no H.264 block
         ("x86", None, "software", "avdec_h264"),
     ],
 )
@@ -130,7 +130,7 @@ def test_gstreamer_pipelines_per_board(family, soc, decoder, element):
     assert hardware_decoder(board) == decoder
     rtsp = build_target(
         "rtsp", "rtsp://cam/x", backend="auto", preferred="gstreamer", decoder=decoder,
-        gstreamer=True,
+        gstreamer=True, info=StreamInfo(codec="h264"), elements=lambda name: True,
     )  # fmt: skip
     assert rtsp.backend == "gstreamer"
     assert rtsp.open_string.startswith('rtspsrc location="rtsp://cam/x" latency=0')
