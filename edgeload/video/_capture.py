@@ -73,7 +73,18 @@ from .._deps import require_cv2
 from ..errors import SourceError
 from ..pipeline._lifecycle import POLL_INTERVAL_S, scoped_environ
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
-from ._gstreamer import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
+from ._gstreamer import (
+    LIVE_SINK,
+    TO_BGR,
+    Elements,
+    Output,
+    StreamInfo,
+    csi_pipeline,
+    decode_pipeline,
+    device_pipeline,
+    discover,
+    has_element,
+)
 
 SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
@@ -88,6 +99,8 @@ LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline
 SMALL_FILE_PIXELS = 2 * 320 * 240
 NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
 
+PIPELINE_PREFIX = "gst:"
+"""A source string that starts with this is a GStreamer pipeline (the rest of it)."""
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
@@ -104,6 +117,18 @@ class Target:
     rtsp_transport: RtspTransport | None = None
     """RTSP only: ``tcp`` or ``udp`` as the source asked; None: TCP unless the
     ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` environment variable names another."""
+    yuv: str = ""
+    """GStreamer decode pipelines: ``I420``/``NV12`` when frames arrive as one YUV plane
+    at the target size (the frame writer converts them); '' for BGR."""
+    codec: str = ""
+    """The stream's codec as found (``h264``, ``h265``, ``mjpeg``, ...); '' unknown."""
+    container: str = ""
+    """``mp4``, ``mkv``, ``ts``, ``avi``, ``rtp``; '' unknown."""
+    pending: bool = False
+    """An RTSP pipeline whose codec is found when the reader opens it (:func:`resolve`)."""
+    location: str = ""
+    board: str = ""
+    output: Output | None = None
 
     @property
     def live(self) -> bool:
@@ -116,7 +141,9 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
 
     Args:
         uri: a file path, ``rtsp://``/``http(s)://`` URL, camera index, ``/dev/videoN``,
-            ``csi://N`` or a GStreamer pipeline (contains ``!``).
+            ``csi://N`` or a GStreamer pipeline written after a ``gst:`` prefix.  Only
+            that prefix makes a pipeline: any other string is a path or URL, whatever
+            characters (``!``, quotes, spaces) it holds.
 
     Raises:
         SourceError: the file does not exist, the scheme is unknown or the pipeline
@@ -132,10 +159,15 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
         if uri < 0:
             raise SourceError(f"camera index {uri} is negative; use 0, 1, ...", source=uri)
         return "device", uri
-    text = os.fspath(uri).strip()  # type: ignore[arg-type]
-    if "!" in text:
-        _check_pipeline(text)
-        return "pipeline", text
+    raw = os.fspath(uri)  # type: ignore[arg-type]
+    # A file name may end in a space; a URL or pipeline read from a config file may not.
+    text = raw if Path(raw).is_file() else raw.strip()
+    if text.startswith(PIPELINE_PREFIX):
+        # The one way to a pipeline: a path or URL from a config file with a '!' in it
+        # must never become elements nobody wrote.
+        pipeline = text[len(PIPELINE_PREFIX) :].strip()
+        _check_pipeline(pipeline, source=uri)
+        return "pipeline", pipeline
     scheme = _SCHEME.match(text)
     if scheme:
         name = scheme.group(1).lower()
@@ -157,7 +189,7 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
             raise SourceError(
                 f"video source {text!r}: unknown scheme {name!r}; use a file path, "
                 "rtsp://, http(s)://, csi://N, /dev/videoN, a camera index or a "
-                "GStreamer pipeline with '!'",
+                "GStreamer pipeline after 'gst:'",
                 source=uri,
             )
     if re.fullmatch(r"/dev/video\d+", text):
@@ -173,19 +205,19 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
     return "file", text
 
 
-def _check_pipeline(text: str) -> None:
+def _check_pipeline(text: str, *, source: object) -> None:
     parts = [p.strip() for p in text.split("!")]
     if any(not p for p in parts) or text.count('"') % 2:
         raise SourceError(
             f"GStreamer pipeline {text!r} is malformed (an empty element between '!' or an "
             "unclosed quote); test it with gst-launch-1.0 first",
-            source=text,
+            source=source,
         )
     if not re.match(r"^[A-Za-z]", parts[0]) or "appsink" not in parts[-1]:
         raise SourceError(
             f"GStreamer pipeline {text!r} must start with a source element and end in "
             f"an appsink for OpenCV, e.g. '... ! {TO_BGR} ! {LIVE_SINK}'",
-            source=text,
+            source=source,
         )
 
 
@@ -208,6 +240,9 @@ def build_target(
     decoder: str,
     gstreamer: bool | None = None,
     rtsp_transport: RtspTransport | None = None,
+    output: Output | None = None,
+    info: StreamInfo | None = None,
+    elements: Elements = has_element,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -219,9 +254,15 @@ def build_target(
             :func:`~edgeload.video._gstreamer.hardware_decoder`.
         gstreamer: whether OpenCV has GStreamer; None asks the installed OpenCV.
         rtsp_transport: the source's RTSP transport (``tcp``/``udp``), or None for TCP.
+        output: the size, resize mode and fps the loader wants (GStreamer pipelines
+            scale to it); None: the stream's own size.
+        info: the stream's codec and container; None finds them (files now, RTSP when
+            the reader opens it: :func:`resolve`).
+        elements: whether this GStreamer has an element (tests pass a board's list).
 
     Raises:
-        SourceError: the source needs GStreamer and this OpenCV has none.
+        SourceError: the source needs GStreamer and this OpenCV has none, or its codec
+            has no decoder here.
     """
     want = preferred if backend == "auto" else backend
     needs_gst = kind in ("csi", "pipeline")
@@ -249,8 +290,38 @@ def build_target(
     transport = rtsp_transport if kind == "rtsp" else None
     if want == "ffmpeg":
         return Target(kind, "ffmpeg", str(value), rtsp_transport=transport)
-    pipeline = decode_pipeline(kind, str(value), decoder, transport or "tcp")
-    return Target(kind, "gstreamer", pipeline, rtsp_transport=transport)
+    location, out = str(value), output or Output()
+    pending = kind == "rtsp" and info is None
+    if info is None:
+        # A file is read here and now; a camera may be down: RTSP is found at open.
+        info = discover(kind, location, timeout_s=10.0) if kind == "file" else StreamInfo()
+    if kind == "rtsp":
+        info = dataclasses.replace(info, container="rtp")
+    pipeline, yuv = decode_pipeline(kind, location, decoder, transport=transport or "tcp",
+                                    info=info, out=out, elements=elements)  # fmt: skip
+    return Target(kind, "gstreamer", pipeline, rtsp_transport=transport, yuv=yuv,
+                  codec=info.codec, container=info.container, pending=pending,
+                  location=location, board=decoder, output=out)  # fmt: skip
+
+
+def resolve(target: Target, *, timeout_s: float, elements: Elements = has_element) -> Target:
+    """``target`` with its pipeline built for the codec the stream carries (RTSP through
+    GStreamer, at each open); unchanged when the stream cannot be asked now.
+
+    Raises:
+        SourceError: the codec has no decoder here (opening again would not help).
+    """
+    if not target.pending:
+        return target
+    info = discover(target.kind, target.location, timeout_s=timeout_s)
+    if not info.codec:
+        return target  # down, or nothing could tell: decodebin tries, the retry asks again
+    pipeline, yuv = decode_pipeline(
+        target.kind, target.location, target.board, transport=target.rtsp_transport or "tcp",
+        info=info, out=target.output or Output(), elements=elements,
+    )  # fmt: skip
+    return dataclasses.replace(target, open_string=pipeline, yuv=yuv, codec=info.codec,
+                               pending=False)  # fmt: skip
 
 
 def open_capture(

@@ -78,8 +78,17 @@ import numpy as np
 
 from .._compat import format_exception
 from .._deps import require_cv2
+from ..errors import SourceError
 from ..pipeline._lifecycle import release_frames
-from ._capture import GuardedCapture, StallGuard, Target, guard_for, open_capture, threads_for_size
+from ._capture import (
+    GuardedCapture,
+    StallGuard,
+    Target,
+    guard_for,
+    open_capture,
+    resolve,
+    threads_for_size,
+)
 from .source import SourceState, VideoSource
 
 # A sink takes the decoded BGR frame (only valid during the call) and its seq, pts_ms
@@ -209,6 +218,7 @@ class Connection:
         self.reconnects = 0
         self.last_error: StreamFault | None = None
         self.retry_at: float | None = None
+        self.unopenable = False  # the source can never open here (no decoder for its codec)
 
     def report(self, message: str) -> None:
         """Record a fault seen without an exception as the stream's latest."""
@@ -226,6 +236,9 @@ class Connection:
             cap = self._open()
             self.opened.set()
             if cap is None:
+                if self.unopenable:
+                    self.phase = SourceState.FAILED
+                    return
                 if not self._backoff(failures, stop):
                     return
                 failures += 1
@@ -259,6 +272,12 @@ class Connection:
         self.attempts += 1
         started = time.monotonic()
         try:
+            try:
+                self.target = resolve(self.target, timeout_s=src.open_timeout_s)
+            except SourceError as exc:  # no decoder for its codec: opening again won't help
+                self.last_error = StreamFault.raised(exc, str(exc))
+                self.unopenable = True
+                return None
             with self._blocking(src.open_timeout_s):
                 cap = self._open_sized()
             if cap is not None and self._guard is not None:

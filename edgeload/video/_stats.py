@@ -58,6 +58,8 @@ def _transport(src: Any, target: Any) -> str | None:
 
 def _stream_stats(stream: Any) -> dict[str, Any]:
     src, reader, target = stream.source, stream.reader, stream.target
+    if reader is not None:
+        target = reader.connection.target  # an RTSP pipeline is built for its codec at open
     now = time.monotonic()
     out: dict[str, Any] = {
         "id": stream.sid,

@@ -64,7 +64,11 @@ class VideoSource:
 
     Args:
         uri: a file path, ``rtsp://`` or ``http(s)://`` URL, camera index, ``/dev/videoN``,
-            ``csi://N`` (Jetson camera) or a GStreamer pipeline ending in an appsink.
+            ``csi://N`` (Jetson camera), or a GStreamer pipeline ending in an appsink
+            written after a ``gst:`` prefix (``"gst:videotestsrc ! ... ! appsink"``).
+            Only that prefix makes a pipeline: every other string is a path or URL,
+            whatever characters it holds, and edgeload quotes it where it goes into a
+            pipeline of its own.
         loop: files only: start again at the end instead of ending.
         realtime: files only: replay paced at the file's frame rate, like a camera
             (frames the reader falls behind on are skipped and counted as drops).

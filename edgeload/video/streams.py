@@ -58,7 +58,7 @@ from ..pipeline.prefetch import END
 from ..platform.profile import Profile
 from ._assembler import Assembler, Sealed
 from ._capture import Target, build_target
-from ._gstreamer import hardware_decoder
+from ._gstreamer import Output, hardware_decoder
 from ._mux import FreshFrame, Mux
 from ._reader import Sink, StreamReader, Wants, watchdog
 from ._resize import Color, FrameWriter, Layout, ResizeMode
@@ -126,6 +126,7 @@ class StreamLoader:
     ) -> None:
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
+        self._resize = opts.resize
         # Whether the loader is open; the threads hold only this (a weak call), never
         # the loader, so one dropped without ``close()`` is collected.
         running = weak_call(self._running, bool)
@@ -168,7 +169,8 @@ class StreamLoader:
 
     def _target(self, source: VideoSource) -> Target:
         """What this loader opens for ``source``."""
-        return target_for(source, platform=self.platform, plan=self.plan)
+        return target_for(source, platform=self.platform, plan=self.plan, size=self.size,
+                          resize=self._resize)  # fmt: skip
 
     def start(self) -> StreamLoader:
         """Start the reader and mux threads (iterating starts them too); returns self.
@@ -267,7 +269,14 @@ class StreamLoader:
             self.close()
 
 
-def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) -> Target:
+def target_for(
+    source: SourceLike,
+    *,
+    platform: Any = None,
+    plan: Any = None,
+    size: tuple[int, int] | None = None,
+    resize: ResizeMode = "stretch",
+) -> Target:
     """What a loader on this device would open for ``source``: backend and exact string.
 
     ``edgeload probe`` can show it; ``StreamLoader.stats()`` shows the same per stream.
@@ -276,6 +285,8 @@ def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) ->
         source: as for :class:`StreamLoader`.
         platform: the device (default: :func:`edgeload.platform.probe.probe`).
         plan: the loader's plan (default: a plan for one stream on ``platform``).
+        size, resize: the loader's output, which a GStreamer pipeline scales to
+            (None: the stream's own size).
 
     Raises:
         SourceError: the source cannot be used here.
@@ -288,7 +299,8 @@ def target_for(source: SourceLike, *, platform: Any = None, plan: Any = None) ->
     plan = plan_for(streams=1, platform=platform) if plan is None else plan
     return build_target(src.kind, src.value, backend=src.backend,
                         preferred=plan.decode_backend, decoder=hardware_decoder(platform),
-                        rtsp_transport=src.rtsp_transport)  # fmt: skip
+                        rtsp_transport=src.rtsp_transport,
+                        output=Output(size=size, resize=resize, fps=src.fps))  # fmt: skip
 
 
 OnError = Literal["continue", "raise"]
@@ -545,6 +557,7 @@ def reader_for(
     frame the consumer received, and only a network source waits for ``gate``."""
     src = stream.source
     latest = src.policy == "latest"
+    stream.writer.yuv = stream.target.yuv  # a GStreamer pipeline may hand over YUV
     return StreamReader(
         src, stream.target,
         stream_id=stream.sid, sink=make_sink(asm, stream, running, fresh_for(stream.sid, latest)),

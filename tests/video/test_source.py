@@ -22,7 +22,7 @@ from edgeload.video._capture import (
     rtsp_transport_used,
     scoped_env,
 )
-from edgeload.video._gstreamer import hardware_decoder
+from edgeload.video._gstreamer import StreamInfo, hardware_decoder
 from edgeload.video._reader import StreamReader
 
 
@@ -36,9 +36,14 @@ def small(tmp_path_factory):
     [
         ("/no/such/video.mp4", r"'/no/such/video.mp4' does not exist.*check the path"),
         ("ftp://cam.local/live", r"unknown scheme 'ftp'.*rtsp://"),
-        ("videotestsrc ! ! appsink", r"malformed.*gst-launch-1.0"),
-        ("videotestsrc ! videoconvert", r"must start with a source element and end in an appsink"),
-        ('filesrc location="x ! appsink', r"malformed"),
+        ("gst:videotestsrc ! ! appsink", r"malformed.*gst-launch-1.0"),
+        (
+            "gst:videotestsrc ! videoconvert",
+            r"must start with a source element and end in an appsink",
+        ),
+        ('gst:filesrc location="x ! appsink', r"malformed"),
+        # without the prefix a pipeline is a file name like any other
+        ("videotestsrc ! videoconvert ! appsink", r"does not exist"),
         ("csi://left", r"csi:// takes a sensor number"),
         (-1, r"camera index -1 is negative"),
         (3.5, r"expected a path, URL, camera index"),
@@ -59,12 +64,35 @@ def test_bad_sources_are_refused_at_construction(uri, match):
         (0, "device"),
         ("1", "device"),
         ("csi://0", "csi"),
-        ("videotestsrc ! videoconvert ! appsink", "pipeline"),
+        ("gst:videotestsrc ! videoconvert ! appsink", "pipeline"),
+        ("rtsp://admin:pa!ss=w@10.0.0.2/main", "rtsp"),
     ],
 )
 def test_source_kinds(uri, kind):
     assert classify(uri)[0] == kind
     assert VideoSource(uri).live  # every kind but a plain file is a live input
+
+
+ODD_NAMES = ["clip!1.mp4", 'a "quoted" name.mp4', "k=v ! fakesink name=x.mp4", "back\\slash.mp4"]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_a_path_is_never_a_pipeline_and_its_value_is_quoted(small, tmp_path, name):
+    import shutil
+
+    path = tmp_path / name
+    shutil.copy(small, path)
+    source = VideoSource(str(path), backend="gstreamer")
+    assert (source.kind, source.value) == ("file", str(path))
+    target = build_target(
+        "file", str(path), backend="gstreamer", preferred="gstreamer", decoder="software",
+        gstreamer=True,
+    )  # fmt: skip
+    # The location is one quoted token, and no element beyond the ones edgeload wrote.
+    escaped = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    assert f'location="{escaped}" ' in target.open_string
+    rest = target.open_string.replace(f'"{escaped}"', "")
+    assert "fakesink" not in rest and '"' not in rest
 
 
 def test_file_defaults_and_options(small):
@@ -91,9 +119,9 @@ def test_backoff_is_jittered_exponential_and_capped():
 @pytest.mark.parametrize(
     ("family", "soc", "decoder", "element"),
     [
-        ("jetson", "tegra234", "jetson", "nvv4l2decoder ! nvvidconv"),
+        ("jetson", "tegra234", "jetson", "nvv4l2decoder enable-max-performance=1 ! nvvidconv"),
         ("raspberry_pi", "bcm2711", "rpi4", "v4l2h264dec"),
-        ("raspberry_pi", "bcm2712", "software", "avdec_h264"),  # a Pi 5 has no H.264 block
+        ("raspberry_pi", "bcm2712", "rpi5", "avdec_h264"),  # a Pi 5 has no H.264 block
         ("x86", None, "software", "avdec_h264"),
     ],
 )
@@ -102,7 +130,7 @@ def test_gstreamer_pipelines_per_board(family, soc, decoder, element):
     assert hardware_decoder(board) == decoder
     rtsp = build_target(
         "rtsp", "rtsp://cam/x", backend="auto", preferred="gstreamer", decoder=decoder,
-        gstreamer=True,
+        gstreamer=True, info=StreamInfo(codec="h264"), elements=lambda name: True,
     )  # fmt: skip
     assert rtsp.backend == "gstreamer"
     assert rtsp.open_string.startswith('rtspsrc location="rtsp://cam/x" latency=0')
