@@ -214,8 +214,8 @@ FILE_STREAMS_PER_CORE = 1
 # ... or this many when every stream is a file read once to its end (no loop, no
 # realtime pace): such a job lasts as long as its costliest file, and once the cheaper
 # files end, a second frame thread lets the ones left use the cores they freed
-# (measured: docs/performance.md, "Files read to the end, and the other targets").  A
-# looping file has no end, so there the rule above holds.
+# (measured: docs/performance.md, "Files read to the end").  A looping file has no
+# end, so there the rule above holds.
 FINITE_FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
