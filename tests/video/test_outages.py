@@ -37,10 +37,10 @@ def _first_error(source: VideoSource) -> tuple[SourceError, float]:
     """The SourceError a raising loader gives for ``source``, and how long it took."""
     start = time.monotonic()
     # timeout_s far above the open timeout: before, this was a WorkerTimeout at 30 s.
-    with StreamLoader([source], size=(32, 32), on_error="raise", timeout_s=30) as loader:
-        with pytest.raises(SourceError) as info:
-            for _ in loader:
-                pass
+    loader = StreamLoader([source], size=(32, 32), on_error="raise", timeout_s=30)
+    with loader, pytest.raises(SourceError) as info:
+        for _ in loader:
+            pass
     return info.value, time.monotonic() - start
 
 
@@ -158,7 +158,9 @@ def test_remove_of_a_file_stream_is_bounded_and_nothing_of_it_arrives_after(smal
 def test_a_loop_outlives_both_cameras_down_for_20_s(small):
     servers = [RtspServer(free_port()), RtspServer(free_port())]
     urls = [s.start(small) for s in servers]
-    sources = [VideoSource(u, open_timeout_s=2, read_timeout_s=1, backoff_s=(0.2, 2.0)) for u in urls]
+    sources = [
+        VideoSource(u, open_timeout_s=2, read_timeout_s=1, backoff_s=(0.2, 2.0)) for u in urls
+    ]
     down_for_s = 20.0
     try:
         with StreamLoader(sources, size=(32, 32), deadline_ms=100, timeout_s=60) as loader:
