@@ -64,7 +64,7 @@ from ._reader import Sink, StreamReader, Wants, watchdog
 from ._resize import Color, FrameWriter, Layout, ResizeMode
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
-from .source import FrameInfo, Policy, VideoSource, as_source
+from .source import FrameInfo, Policy, SourceState, VideoSource, as_source
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]
 
@@ -153,12 +153,13 @@ class StreamLoader:
             all_latest=all(s.source.policy == "latest" for s in streams),
             slot_count=self.plan.slot_count, memory_mode=self._memory[0], engine=engine,
             active=table.active, tick=lambda: watchdog(table.entries()),
+            all_down=table.all_down,
         )  # fmt: skip
         table.keep_placed(mux.assembler.set_streams)
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=running,
             ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
-            fresh_for=mux.fresh_for,
+            fresh_for=mux.fresh_for, fail_fast=opts.on_error == "raise",
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
                                   timeout_s=opts.timeout_s)  # fmt: skip
@@ -493,6 +494,20 @@ class StreamTable:
             s.sid for s in self.entries() if s.reader is None or not s.reader.connection.phase.done
         ]
 
+    def all_down(self) -> bool:
+        """Whether no active stream can deliver now: each has tried its first open and
+        none is streaming, and one is live (it may come back; a file is only starting)."""
+        streams = [
+            s for s in self.entries() if s.reader is None or not s.reader.connection.phase.done
+        ]
+        live = False
+        for stream in streams:
+            conn = None if stream.reader is None else stream.reader.connection
+            if conn is None or not conn.opened.is_set() or conn.phase is SourceState.STREAMING:
+                return False
+            live = live or stream.source.live
+        return live
+
     def phases(self) -> dict[str, str]:
         """Each stream's connection phase by name (``pending`` before its reader starts)."""
         return {s.source.name: s.reader.connection.phase.value if s.reader else "pending"
@@ -552,6 +567,7 @@ def reader_for(
     ffmpeg_threads: int,
     wants_for: Callable[[int, bool], Wants | None],
     fresh_for: Callable[[int, bool], FreshFrame | None],
+    fail_fast: bool = False,
 ) -> StreamReader:
     """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
     frame the consumer received, and only a network source waits for ``gate``."""
@@ -563,7 +579,7 @@ def reader_for(
         stream_id=stream.sid, sink=make_sink(asm, stream, running, fresh_for(stream.sid, latest)),
         ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
         gate=gate if src.network else None,
-        wants=wants_for(stream.sid, latest),
+        wants=wants_for(stream.sid, latest), fail_fast=fail_fast,
     )  # fmt: skip
 
 
@@ -604,7 +620,9 @@ class Delivery:
             self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
             # One copy of the table a batch (its dict's own get per place): not a
             # locked lookup per frame.
-            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier)
+            streams = self._table.snapshot()
+            drop_removed(item, streams)
+            return build_batch(item, streams.get, self.telemetry, self._copier)
         except BaseException:
             # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
             # queued, so it goes back to its pool here; lost, each would cost a slot.
@@ -616,6 +634,15 @@ class Delivery:
     def raise_failures(self) -> None:
         """Report each stream that ended with an error, once."""
         raise_failures(self._table.entries(), raise_=self._raise_errors)
+
+
+def drop_removed(sealed: Sealed, streams: dict[int, StreamEntry]) -> None:
+    """Mark the frames of streams removed since ``sealed`` was shipped not valid: no
+    frame of a stream arrives after ``remove()`` returned."""
+    for place, sid in enumerate(sealed.stream_id.tolist()):
+        if sid >= 0 and sid not in streams:
+            sealed.valid[place] = False
+            sealed.stream_id[place] = -1
 
 
 def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
