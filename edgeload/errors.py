@@ -82,7 +82,14 @@ def redact(text: object) -> str:
 
 
 class EdgeloadError(Exception):
-    """Base class of every edgeload error."""
+    """Base class of every edgeload error.
+
+    Its message passes through :func:`redact`: whatever a raise site formats (a URL in a
+    SourceError, a bad value in an ArgumentError), no password reaches the user.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class PlatformError(EdgeloadError):
@@ -101,12 +108,13 @@ class SourceError(EdgeloadError):
     """A video source could not be opened or read.
 
     Attributes:
-        source: the source as the user gave it (path, URL, index or pipeline).
+        source: the source as the user gave it (path, URL, index or pipeline), with a
+            URL's password hidden (:func:`redact`).
     """
 
     def __init__(self, message: str, *, source: object = None) -> None:
         super().__init__(message)
-        self.source = source
+        self.source = redact(source) if isinstance(source, str) else source
 
 
 class WorkerError(EdgeloadError):

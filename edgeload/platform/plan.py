@@ -26,10 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .. import _args
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
 from .facts import Platform
-from .profile import Profile, load_profile
+from .profile import Profile, check_overrides, load_profile
 
 __all__ = [
     "PROCESS_WORKER_BYTES",
@@ -113,6 +114,28 @@ class Plan:
         )
 
 
+def _check_plan_arguments(
+    streams: Any, frame: Any, item_bytes: Any, batch: Any, gil_bound: Any, live: Any,
+    finite: Any, prefetch_bytes: Any, profile: Any,
+) -> None:  # fmt: skip
+    owner = "plan_for"
+    _args.integer(owner, "streams", streams, low=1, none_ok=True)
+    if frame is not None:
+        _args.pair_of_ints(owner, "frame", frame, what="(width, height)")
+    _args.integer(owner, "item_bytes", item_bytes, low=0, none_ok=True)
+    _args.integer(owner, "batch", batch, low=1, none_ok=True)
+    for name, value in (("gil_bound", gil_bound), ("live", live)):
+        if value is not None:
+            _args.flag(owner, name, value)
+    _args.flag(owner, "finite", finite)
+    _args.integer(owner, "prefetch_bytes", prefetch_bytes, low=0, none_ok=True)
+    if profile is not None and not isinstance(profile, Profile):
+        raise ArgumentError(
+            f"plan_for: profile must be a Profile or None, got {type(profile).__name__}; "
+            "load one with edgeload.platform.profile.load_profile()"
+        )
+
+
 def plan_for(
     *,
     streams: int | None = None,
@@ -147,23 +170,24 @@ def plan_for(
             ``decode_backend``, ``thread_budget``) that win over every profile.
 
     Raises:
-        ProfileError: an override has a bad value.
-        ArgumentError: ``prefetch_bytes`` is negative.
+        ArgumentError: an argument of the wrong type or out of range (``prefetch_bytes``
+            negative, ``frame`` not a pair of ints), or an override with a bad key or
+            value (the named settings are accepted in any case).
+        ProfileError: a profile file holds a bad value.
         PlatformError: an explicit memory mode this device cannot give.
     """
+    _check_plan_arguments(streams, frame, item_bytes, batch, gil_bound, live, finite,
+                          prefetch_bytes, profile)  # fmt: skip
+    overrides = check_overrides(overrides)
     if platform is None:
         from .probe import probe
 
         platform = probe()
-    explicit = {k for k, v in overrides.items() if v is not None and v != "auto"}
+    explicit = {k for k, v in overrides.items() if v != "auto"}
     if profile is None:
         profile = load_profile(platform, **overrides)
     elif overrides:
-        profile = dataclasses.replace(
-            profile, **{k: v for k, v in overrides.items() if v is not None}
-        )
-    if prefetch_bytes is not None and prefetch_bytes < 0:
-        raise ArgumentError(f"prefetch_bytes must be >= 0, got {prefetch_bytes}")
+        profile = dataclasses.replace(profile, **overrides)
     reasons: dict[str, str] = {}
     usable = usable_cores(platform)
     budget = usable if profile.thread_budget == "auto" else int(profile.thread_budget)
