@@ -21,10 +21,13 @@ from .errors import ArgumentError, redact
 __all__ = ["choice", "flag", "integer", "number", "pair_of_ints"]
 
 
-def _fail(owner: str, name: str, value: object, allowed: str, hint: str = "") -> ArgumentError:
+def _fail(
+    owner: str, name: str, value: object, allowed: str, hint: str = "", *, kind: bool = False
+) -> ArgumentError:
     where = f"{owner}: " if owner else ""
+    shown = redact(repr(value)) + (f" ({type(value).__name__})" if kind else "")
     tail = f"; {hint}" if hint else ""
-    return ArgumentError(f"{where}{name} must be {allowed}, got {redact(repr(value))}{tail}")
+    return ArgumentError(f"{where}{name} must be {allowed}, got {shown}{tail}")
 
 
 def choice(
@@ -72,7 +75,7 @@ def integer(
         return None
     limits = _range_text(low, high, none_ok=none_ok)
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise _fail(owner, name, value, f"an int {limits}".rstrip(), type(value).__name__)
+        raise _fail(owner, name, value, f"an int {limits}".rstrip(), kind=True)
     out = int(value)
     if (low is not None and out < low) or (high is not None and out > high):
         raise _fail(owner, name, value, limits)
@@ -106,7 +109,7 @@ def number(
         parts.append(f"<= {high:g}")
     limits = " and ".join(parts) + (" or None" if none_ok else "")
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise _fail(owner, name, value, f"a number {limits}".rstrip(), type(value).__name__)
+        raise _fail(owner, name, value, f"a number {limits}".rstrip(), kind=True)
     out = float(value)
     if not math.isfinite(out):
         raise _fail(owner, name, value, f"a finite number {limits}".rstrip())
