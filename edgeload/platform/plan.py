@@ -76,6 +76,8 @@ class Plan:
     usable_cores: int
     profile_source: str
     reasons: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What the user must know before trusting the plan (an unsupported JetPack)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain, JSON-serialisable data."""
@@ -108,6 +110,7 @@ class Plan:
             ("decode", self.decode_backend, self.reasons.get("decode", "")),
             ("profile", self.profile_source, ""),
         ]
+        rows += [("note", note, "") for note in self.notes]
         width = max(len(r[0]) for r in rows)
         return "\n".join(
             f"{name:<{width}}  {value}" + (f"  ({why})" if why else "") for name, value, why in rows
@@ -220,6 +223,7 @@ def plan_for(
         usable_cores=usable,
         profile_source=profile.source,
         reasons=reasons,
+        notes=(platform.unsupported,) if platform.unsupported else (),
     )
 
 
@@ -369,6 +373,10 @@ def choose_threads(
     return ffmpeg, max(1, budget - decode), why
 
 
+# What the budget takes a fraction of where the device's RAM could not be read.
+_ASSUMED_AVAILABLE_BYTES = 1 << 30
+
+
 def choose_prefetch(
     work: Workload, count: int, profile: Profile, platform: Platform, prefetch_bytes: int | None
 ) -> tuple[int, int, str]:
@@ -376,11 +384,17 @@ def choose_prefetch(
     if prefetch_bytes is not None:
         budget_bytes, why = prefetch_bytes, "set by arguments"
     else:
-        fraction_of = _available_bytes(platform) or (1 << 30)
+        known = _available_bytes(platform)
+        fraction_of = known or _ASSUMED_AVAILABLE_BYTES
         raw = int(fraction_of * profile.prefetch_fraction)
         budget_bytes = min(max(raw, profile.prefetch_min_bytes), profile.prefetch_max_bytes)
+        of = (
+            f"{format_mib(fraction_of)} available"
+            if known
+            else f"an assumed {format_mib(fraction_of)} (RAM unknown)"
+        )
         why = (
-            f"{profile.prefetch_fraction:.0%} of {format_mib(fraction_of)} available, "
+            f"{profile.prefetch_fraction:.0%} of {of}, "
             f"within [{format_mib(profile.prefetch_min_bytes)}, {format_mib(profile.prefetch_max_bytes)}]"
         )
     slot_bytes = work.slot_bytes
@@ -467,14 +481,27 @@ def choose_decode_backend(
     if want == "ffmpeg":
         reasons["decode"] = "FFmpeg software decode"
         return "ffmpeg"
+    # The reason says what the probe found, so `edgeload probe` shows one story: the
+    # "hw decode" row and this line never disagree.
+    found = ", ".join(platform.hw_decoders)
     if not platform.live:
-        reasons["decode"] = "the board's OpenCV (JetPack / distro) has GStreamer hardware decode"
+        hardware = (
+            f"hardware decode with {found}" if found
+            else "its hardware decoders are not in this tree"
+        )  # fmt: skip
+        reasons["decode"] = (
+            f"GStreamer, as the board's OpenCV (JetPack / distro) has it; {hardware} "
+            "(OpenCV not inspected: not this machine)"
+        )
         return "gstreamer"
     if opencv is None or not opencv.gstreamer:
         have = "OpenCV is not importable" if opencv is None else "this OpenCV has no GStreamer"
         reasons["decode"] = f"GStreamer preferred for this board, but {have}: FFmpeg"
         return "ffmpeg"
-    reasons["decode"] = "OpenCV has GStreamer: hardware decode elements where the board has them"
+    reasons["decode"] = (
+        f"OpenCV has GStreamer: hardware decode with {found}" if found
+        else "OpenCV has GStreamer, but no hardware decoder was found: software decode"
+    )  # fmt: skip
     return "gstreamer"
 
 

@@ -70,7 +70,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from .._deps import require_cv2
-from ..errors import SourceError
+from ..errors import SourceError, redact
 from ..pipeline._lifecycle import POLL_INTERVAL_S, scoped_environ
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
 from ._gstreamer import LIVE_SINK, TO_BGR, csi_pipeline, decode_pipeline, device_pipeline
@@ -564,7 +564,10 @@ class StallGuard:
         self.cuts += n
         if n:
             _log.info(
-                "edgeload: %s: %s; cut %d connection(s) to free the reader", self._url, why, n
+                "edgeload: %s: %s; cut %d connection(s) to free the reader",
+                redact(self._url),
+                why,
+                n,
             )
 
 

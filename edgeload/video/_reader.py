@@ -78,6 +78,7 @@ import numpy as np
 
 from .._compat import format_exception
 from .._deps import require_cv2
+from ..errors import redact
 from ..pipeline._lifecycle import release_frames
 from ._capture import GuardedCapture, StallGuard, Target, guard_for, open_capture, threads_for_size
 from .source import SourceState, VideoSource
@@ -672,7 +673,7 @@ class StreamFault:
     @classmethod
     def seen(cls, message: str) -> StreamFault:
         """A fault the reader found without an exception."""
-        return cls(exc=None, type_name="", message=message, traceback_text="")
+        return cls(exc=None, type_name="", message=redact(message), traceback_text="")
 
     @classmethod
     def raised(cls, exc: BaseException, message: str) -> StreamFault:
@@ -680,8 +681,9 @@ class StreamFault:
         text = "".join(format_exception(exc))
         # The finished frames' locals (decode buffers, batch slots) are not kept with it.
         release_frames(exc)
-        return cls(exc=exc, type_name=type(exc).__qualname__, message=message,
-                   traceback_text=text)  # fmt: skip
+        # Shown in stats() and raised on: OpenCV's text may hold the URL, so no password.
+        return cls(exc=exc, type_name=type(exc).__qualname__, message=redact(message),
+                   traceback_text=redact(text))  # fmt: skip
 
 
 def stalled(reader: StreamReader, now: float) -> bool:

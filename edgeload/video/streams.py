@@ -661,7 +661,11 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         stream.error_reported = True
         message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error.message}"
         if raise_:
-            raise SourceError(message, source=stream.source.uri) from conn.last_error.exc
+            cause = conn.last_error.exc
+            # A cause whose text holds a password would print it in the traceback.
+            if cause is not None and redact(str(cause)) != str(cause):
+                raise SourceError(message, source=stream.source.uri) from None
+            raise SourceError(message, source=stream.source.uri) from cause
         _log.warning("edgeload: %s", message)
 
 
