@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         w = h = 0
     if w < 1 or h < 1:
         raise ArgumentError(f"--size must look like 640x640, both > 0, got {args.size!r}")
+    if not 0 < args.seconds < float("inf"):
+        raise ArgumentError(f"--seconds must be a finite number > 0, got {args.seconds}")
     if args.sources:
         sources: list[Any] = list(args.sources)
     else:
@@ -133,8 +135,6 @@ def run(args: argparse.Namespace) -> int:
               f"replayed at {_CLIP_FPS} fps)")  # fmt: skip
         sources = [VideoSource(p, realtime=True, loop=True, name=p.name) for p in clips]
     last: Batch | None = None
-    if not 0 < args.seconds < float("inf"):
-        raise ArgumentError(f"--seconds must be a finite number > 0, got {args.seconds}")
     # No batch within the run's own length ends the run (the table says why), so a
     # camera that is down never holds the demo past --seconds for long.
     with StreamLoader(sources, size=(w, h), batch=args.batch,
