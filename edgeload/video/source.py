@@ -87,6 +87,11 @@ class VideoSource:
             one.  UDP loses packets (smeared frames) on busy networks and does not
             pass most NATs; ask for it only for a camera that cannot do TCP.
 
+    Attributes:
+        uri: the input as given; only the code that opens it reads it.
+        display: ``uri`` with a URL's password hidden (:func:`edgeload.errors.redact`):
+            what messages, logs, ``stats()`` and ``repr()`` show.
+
     Raises:
         SourceError: the input cannot be used (named, with what to do instead).
         ArgumentError: an option is of the wrong type or out of range (a ValueError);
