@@ -735,7 +735,7 @@ class StreamFault:
     @classmethod
     def seen(cls, message: str) -> StreamFault:
         """A fault the reader found without an exception."""
-        return cls(exc=None, type_name="", message=message, traceback_text="")
+        return cls(exc=None, type_name="", message=redact(message), traceback_text="")
 
     @classmethod
     def raised(cls, exc: BaseException, message: str) -> StreamFault:
@@ -743,8 +743,9 @@ class StreamFault:
         text = "".join(format_exception(exc))
         # The finished frames' locals (decode buffers, batch slots) are not kept with it.
         release_frames(exc)
-        return cls(exc=exc, type_name=type(exc).__qualname__, message=message,
-                   traceback_text=text)  # fmt: skip
+        # Shown in stats() and raised on: OpenCV's text may hold the URL, so no password.
+        return cls(exc=exc, type_name=type(exc).__qualname__, message=redact(message),
+                   traceback_text=redact(text))  # fmt: skip
 
 
 def stalled(reader: StreamReader, now: float) -> bool:
