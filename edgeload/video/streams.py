@@ -63,7 +63,7 @@ from ._convert import KEPT_OUTPUTS, Converter, check_output
 from ._gstreamer import hardware_decoder
 from ._mux import FreshFrame, Mux
 from ._reader import Sink, StreamReader, Wants, watchdog
-from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode
+from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode, letterbox_size
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, Policy, VideoSource, as_source
@@ -82,7 +82,9 @@ class StreamLoader:
 
     Args:
         sources: paths, URLs, camera indices, pipelines or :class:`VideoSource`.
-        size: output ``(width, height)`` of every frame, whatever the input size.
+        size: output ``(width, height)`` of every frame, whatever the input size; or
+            one number, a detector's image size: the long side of a letterboxed
+            picture, the shape fixed now by :func:`model_size`'s rule (with ``stride``).
         batch: places per batch, ``every`` frames taking the first free one (each file
             runs at its own pace); None: one place per stream in every batch, so
             ``every`` streams advance, and files end, together.
@@ -110,6 +112,8 @@ class StreamLoader:
             (torchvision's ``Normalize``), applied after scaling; float dtypes only.
             With ``layout="NCHW"``, ``color="rgb"``, ``dtype=torch.float32`` a batch
             goes into a detector (a conv net) as it is.
+        stride: with ``size`` a number, each side of the output is a multiple of it
+            (a detector's stride, 32 for YOLO-family models); None: 1.
 
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
@@ -122,7 +126,7 @@ class StreamLoader:
         self,
         sources: Iterable[SourceLike],
         *,
-        size: tuple[int, int] = (640, 640),
+        size: tuple[int, int] | int = (640, 640),
         batch: int | None = None,
         policy: Policy | None = None,
         deadline_ms: float | None = None,
@@ -138,7 +142,10 @@ class StreamLoader:
         dtype: Any = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
+        stride: int | None = None,
     ) -> None:
+        sources = [as_source(s) for s in sources]
+        size = model_size(size, stride=stride, resize=resize, sources=sources)
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
         # Whether the loader is open; the threads hold only this (a weak call), never
@@ -383,6 +390,60 @@ def plan_streams(
     plan = plan_for(streams=streams, frame=frame, batch=batch, live=live, finite=finite,
                     platform=platform, profile=profile)  # fmt: skip
     return platform, plan
+
+
+def model_size(
+    size: tuple[int, int] | int,
+    *,
+    stride: int | None,
+    resize: str,
+    sources: Sequence[VideoSource],
+) -> tuple[int, int]:
+    """The output ``(width, height)`` for the loader's ``size`` and ``stride``.
+
+    A batch's shape is fixed when its slots are made, before any live stream has sent a
+    frame, so a single ``size`` is decided from what is known now: when every source is
+    a local file and all letterbox to the same shape
+    (:func:`~edgeload.video._resize.letterbox_size`; their frame sizes read from the
+    files' headers), that rectangle; otherwise (a camera or stream, files of several
+    aspects, or ``resize="stretch"``) the square, as Ultralytics does for streams of
+    differing shapes.  For cameras of a known resolution pass
+    ``size=letterbox_size((w, h), n, stride=s)`` instead.
+
+    Raises:
+        ArgumentError: ``stride`` below 1, or given with a ``(width, height)`` size.
+    """
+    from ..errors import ArgumentError
+
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)
+                               or stride < 1):  # fmt: skip
+        raise ArgumentError(f"StreamLoader: stride must be an int >= 1 or None, got {stride!r}")
+    if not isinstance(size, int) or isinstance(size, bool):
+        if stride is not None:
+            raise ArgumentError(
+                f"StreamLoader: stride={stride} applies to size=N (a detector's image size, "
+                f"the long side); got size={size!r}: pass size={max(size)} or drop stride"
+            )
+        return size
+    step = 1 if stride is None else stride
+    if size < 1:
+        raise ArgumentError(f"StreamLoader: size must be >= 1, got {size}")
+    if resize != "letterbox" or not sources or any(s.kind != "file" or s.network for s in sources):
+        return letterbox_size(None, size, stride=step)
+    shapes = {letterbox_size(_file_frame_size(s), size, stride=step) for s in sources}
+    return shapes.pop() if len(shapes) == 1 else letterbox_size(None, size, stride=step)
+
+
+def _file_frame_size(source: VideoSource) -> tuple[int, int] | None:
+    """A local file's frame ``(width, height)`` from its header; None when unreadable."""
+    cv2 = require_cv2()
+    cap = cv2.VideoCapture(str(source.uri))
+    try:
+        w = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+        h = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    finally:
+        cap.release()
+    return (w, h) if w > 0 and h > 0 else None
 
 
 def output_converter(
