@@ -13,6 +13,7 @@ Run: ``python benchmarks/bench_convert.py [--rounds 7] [--batches 60] [--threads
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -23,7 +24,9 @@ from edgeload.video._convert import Converter
 _MEAN, _STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def _user(frames: torch.Tensor, mean: torch.Tensor | None, std: torch.Tensor | None) -> torch.Tensor:
+def _user(
+    frames: torch.Tensor, mean: torch.Tensor | None, std: torch.Tensor | None
+) -> torch.Tensor:
     out = frames.float().div(255)
     return out if mean is None or std is None else (out - mean) / std
 
@@ -57,12 +60,15 @@ def main() -> None:
                 raise SystemExit("the loader's conversion differs from the user's")
             user, loader = [], []
             for _ in range(args.rounds):
-                user.append(_timed(lambda f: _user(f, mean, std), frames, args.batches))
+                user.append(_timed(functools.partial(_user, mean=mean, std=std), frames,
+                                   args.batches))  # fmt: skip
                 loader.append(_timed(conv.on_cpu, frames, args.batches))
             u, lo = statistics.median(user), statistics.median(loader)
             what = "div(255) + normalise" if normalise else "div(255)"
-            print(f"{str(shape):18} {what:22} user {u:7.3f}  loader {lo:7.3f}  "
-                  f"ratio {lo / u:.2f}  (outputs made: {conv.stats()['outputs_made']})")
+            print(
+                f"{shape!s:18} {what:22} user {u:7.3f}  loader {lo:7.3f}  "
+                f"ratio {lo / u:.2f}  (outputs made: {conv.stats()['outputs_made']})"
+            )
 
 
 if __name__ == "__main__":

@@ -62,8 +62,7 @@ def letterbox_size(
 
     if long_side < 1 or stride < 1:
         raise ArgumentError(
-            f"letterbox_size: size and stride must be >= 1, got size={long_side}, "
-            f"stride={stride}"
+            f"letterbox_size: size and stride must be >= 1, got size={long_side}, stride={stride}"
         )
     if source_size is not None and min(source_size) < 1:
         raise ArgumentError(f"letterbox_size: source_size must be > 0, got {source_size}")

@@ -144,8 +144,8 @@ class StreamLoader:
         std: Sequence[float] | None = None,
         stride: int | None = None,
     ) -> None:
-        sources = [as_source(s) for s in sources]
-        size = model_size(size, stride=stride, resize=resize, sources=sources)
+        given = [as_source(s) for s in sources]  # once: ``sources`` may be a generator
+        size = model_size(size, stride=stride, resize=resize, sources=given)
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
         # Whether the loader is open; the threads hold only this (a weak call), never
@@ -153,7 +153,7 @@ class StreamLoader:
         running = weak_call(self._running, bool)
         copier = device_copier(device, engine)  # raises for a missing device
         self._table = table = StreamTable(opts.writer, opts.policy)
-        for src in sources:
+        for src in given:
             table.add(src)
         streams = table.entries()
         if not streams:
@@ -418,13 +418,13 @@ def model_size(
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)
                                or stride < 1):  # fmt: skip
         raise ArgumentError(f"StreamLoader: stride must be an int >= 1 or None, got {stride!r}")
-    if not isinstance(size, int) or isinstance(size, bool):
+    if isinstance(size, bool) or not isinstance(size, int):
         if stride is not None:
             raise ArgumentError(
                 f"StreamLoader: stride={stride} applies to size=N (a detector's image size, "
-                f"the long side); got size={size!r}: pass size={max(size)} or drop stride"
+                f"the long side); got size={size!r}: pass size=N or drop stride"
             )
-        return size
+        return size  # type: ignore[return-value]  # (width, height): StreamSettings checks it
     step = 1 if stride is None else stride
     if size < 1:
         raise ArgumentError(f"StreamLoader: size must be >= 1, got {size}")

@@ -171,7 +171,10 @@ def test_streams_of_several_aspects_or_live_ones_take_the_square(squares):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"size": (320, 256), "stride": 32}, r"stride=32 applies to size=N .* size=320"),
+        (
+            {"size": (320, 256), "stride": 32},
+            r"stride=32 applies to size=N .* got size=\(320, 256\)",
+        ),
         ({"size": 320, "stride": 0}, r"stride must be an int >= 1 or None, got 0"),
         ({"size": 0}, r"size must be >= 1, got 0"),
     ],
