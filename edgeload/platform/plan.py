@@ -78,6 +78,9 @@ class Plan:
     reasons: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     """What the user must know before trusting the plan (an unsupported JetPack)."""
+    output_bytes: int = 0
+    """Bytes of one model-ready (float) batch, made beside its uint8 slot; 0: the slot
+    is the batch (a StreamLoader's ``dtype``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain, JSON-serialisable data."""
@@ -108,6 +111,11 @@ class Plan:
                 self.reasons.get("threads", ""),
             ),
             ("decode", self.decode_backend, self.reasons.get("decode", "")),
+            *(
+                [("output", format_mib(self.output_bytes), self.reasons.get("output", ""))]
+                if self.output_bytes
+                else []
+            ),
             ("profile", self.profile_source, ""),
         ]
         rows += [("note", note, "") for note in self.notes]

@@ -129,6 +129,9 @@ class Target:
     location: str = ""
     board: str = ""
     output: Output | None = None
+    source_size: tuple[int, int] | None = None
+    """The decoded picture's ``(width, height)`` as found before opening; with ``yuv``
+    the pipeline may scale it, so the frame writer maps boxes from this size."""
 
     @property
     def live(self) -> bool:
@@ -301,7 +304,8 @@ def build_target(
                                     info=info, out=out, elements=elements)  # fmt: skip
     return Target(kind, "gstreamer", pipeline, rtsp_transport=transport, yuv=yuv,
                   codec=info.codec, container=info.container, pending=pending,
-                  location=location, board=decoder, output=out)  # fmt: skip
+                  location=location, board=decoder, output=out,
+                  source_size=_picture_size(info))  # fmt: skip
 
 
 def resolve(target: Target, *, timeout_s: float, elements: Elements = has_element) -> Target:
@@ -321,7 +325,11 @@ def resolve(target: Target, *, timeout_s: float, elements: Elements = has_elemen
         info=info, out=target.output or Output(), elements=elements,
     )  # fmt: skip
     return dataclasses.replace(target, open_string=pipeline, yuv=yuv, codec=info.codec,
-                               pending=False)  # fmt: skip
+                               pending=False, source_size=_picture_size(info))  # fmt: skip
+
+
+def _picture_size(info: StreamInfo) -> tuple[int, int] | None:
+    return (info.width, info.height) if info.width and info.height else None
 
 
 def open_capture(

@@ -137,6 +137,7 @@ class StreamReader:
         gate: list[threading.Event] | None = None,
         wants: Wants | None = None,
         fail_fast: bool = False,
+        on_open: Callable[[Target], None] | None = None,
     ) -> None:
         self.source = source
         self.target = target
@@ -146,7 +147,7 @@ class StreamReader:
         self._guard = guard_for(target, name=f"edgeload-video-{stream_id}-guard")
         self.connection = Connection(
             source, target, ffmpeg_threads=ffmpeg_threads, gate=gate, guard=self._guard,
-            fail_fast=fail_fast,
+            fail_fast=fail_fast, on_open=on_open,
         )  # fmt: skip
         self.frame_loop = FrameLoop(
             source, sink=sink, wants=wants, start_frame=start_frame,
@@ -226,6 +227,8 @@ class Connection:
         guard: the stall guard that times out blocking OpenCV calls, where this
             OpenCV cannot (see :mod:`edgeload.video._capture`); None: not needed.
         fail_fast: a first open that fails makes the stream ``failed`` (no retries).
+        on_open: called with the target each capture was opened with, before its first
+            frame (the frame writer takes the pipeline's output form from it).
     """
 
     def __init__(
@@ -237,8 +240,10 @@ class Connection:
         gate: list[threading.Event] | None,
         guard: StallGuard | None,
         fail_fast: bool = False,
+        on_open: Callable[[Target], None] | None = None,
     ) -> None:
         self.source, self.target = source, target
+        self._on_open = on_open
         self.ffmpeg_threads, self._gate, self._guard = ffmpeg_threads, gate, guard
         self._fail_fast = fail_fast
         self.opening = False  # inside cv2.VideoCapture(...) now
@@ -338,6 +343,8 @@ class Connection:
                 if took >= src.open_timeout_s * 0.9
                 else ""
             ))  # fmt: skip
+        if cap is not None and self._on_open is not None:
+            self._on_open(self.target)
         return cap
 
     def _open_sized(self) -> Any:

@@ -8,6 +8,7 @@ is made once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -18,6 +19,62 @@ Layout = Literal["NHWC", "NCHW"]
 Color = Literal["bgr", "rgb"]
 ResizeMode = Literal["stretch", "letterbox"]
 LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained with
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where a decoded frame's picture lies in its batch place.
+
+    An output pixel coordinate is ``pad + source coordinate * scale`` on each axis
+    (continuous coordinates, as box corners are); the rest of the place is padding.
+    """
+
+    source_size: tuple[int, int]
+    """The decoded frame's ``(width, height)``, pixels."""
+    scale: tuple[float, float]
+    """Output pixels per source pixel, ``(sx, sy)``: equal up to rounding for
+    ``letterbox``, each side's own ratio for ``stretch``."""
+    pad: tuple[int, int]
+    """``(left, top)`` padding before the picture, output pixels (0 for ``stretch``)."""
+    box: tuple[int, int, int, int]
+    """``(top, left, height, width)`` of the picture inside the place, output pixels."""
+
+
+def letterbox_size(
+    source_size: tuple[int, int] | None, long_side: int, *, stride: int = 32
+) -> tuple[int, int]:
+    """The smallest ``(width, height)`` with each side a multiple of ``stride`` that a
+    frame of ``source_size`` letterboxes into with its long side ``long_side``
+    (Ultralytics' rectangular letterbox: 640x480 at 320 -> 320x256).
+
+    ``source_size`` None (unknown, or streams of several aspects) gives the square,
+    ``long_side`` rounded up to ``stride``.
+
+    Args:
+        source_size: the frames' ``(width, height)``, pixels, or None.
+        long_side: the picture's long side in the output, pixels (a detector's imgsz).
+        stride: the model's stride (32 for YOLO-family detectors); 1 for no rounding.
+
+    Raises:
+        ArgumentError: a size or stride below 1.
+    """
+    from ..errors import ArgumentError
+
+    if long_side < 1 or stride < 1:
+        raise ArgumentError(
+            f"letterbox_size: size and stride must be >= 1, got size={long_side}, stride={stride}"
+        )
+    if source_size is not None and min(source_size) < 1:
+        raise ArgumentError(f"letterbox_size: source_size must be > 0, got {source_size}")
+
+    def up(n: int) -> int:
+        return -(-n // stride) * stride
+
+    if source_size is None:
+        return up(long_side), up(long_side)
+    w, h = source_size
+    scale = long_side / max(w, h)
+    return up(max(1, round(w * scale))), up(max(1, round(h * scale)))
 
 
 class FrameWriter:
@@ -39,14 +96,17 @@ class FrameWriter:
         self.resize = resize
         w, h = size
         self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
-        self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] | None = None
+        self._geometry: tuple[tuple[int, ...], Geometry] | None = None
         self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
         self.yuv = ""
         """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane (a GStreamer
         pipeline of edgeload's scaled them); '' for BGR (H, W, 3)."""
+        self.source_size: tuple[int, int] | None = None
+        """The decoded picture's ``(width, height)`` when a pipeline scaled the YUV
+        plane before OpenCV; None: the plane is the picture as decoded."""
 
-    def _box(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-        """``(top, left, height, width)`` of the picture inside the output, cached."""
+    def _box(self, shape: tuple[int, ...]) -> Geometry:
+        """The geometry of a frame of array ``shape`` in the output, cached."""
         if self._geometry is not None and self._geometry[0] == shape:
             return self._geometry[1]
         w, h = self.size
@@ -57,24 +117,36 @@ class FrameWriter:
             scale = min(w / src_w, h / src_h)
             new_w, new_h = max(1, round(src_w * scale)), max(1, round(src_h * scale))
             box = ((h - new_h) // 2, (w - new_w) // 2, new_h, new_w)
-        self._geometry = (shape, box)
-        return box
+        top, left, new_h, new_w = box
+        # The scale each side really got (its rounded size over the source's), so a
+        # mapped box lands on the pixels the resize wrote, not on the ideal ratio's.
+        geometry = Geometry((src_w, src_h), (new_w / src_w, new_h / src_h), (left, top), box)
+        self._geometry = (shape, geometry)
+        return geometry
 
-    def write(self, frame: np.ndarray, place: np.ndarray) -> None:
+    def follow(self, target: Any) -> None:
+        """Take what an opened capture hands over from its ``target``: ``yuv``, the
+        plane's layout, and ``source_size``, the decoded picture's size when the
+        pipeline scaled it before OpenCV (so boxes map back to the camera's pixels)."""
+        self.yuv = target.yuv
+        self.source_size = target.source_size if target.yuv else None
+
+    def write(self, frame: np.ndarray, place: np.ndarray) -> Geometry:
         """Write BGR ``frame`` (H', W', 3), or a YUV plane (see ``yuv``), into ``place``
-        in the configured form."""
+        in the configured form; returns where its picture went (the place's
+        :class:`Geometry`)."""
         cv2 = self._cv2
         if cv2 is None:
             cv2 = self._cv2 = require_cv2()
         if frame.ndim == 2 and self.yuv:
-            self._write_yuv(cv2, frame, place)
-            return
+            return self._write_yuv(cv2, frame, place)
         hwc = self._scratch if self._scratch is not None else place
         geometry = self._geometry  # the cached box, looked at here: one call less a frame
-        if geometry is not None and geometry[0] == frame.shape:
-            top, left, h, w = geometry[1]
-        else:
-            top, left, h, w = self._box(frame.shape)
+        placed = (
+            geometry[1] if geometry is not None and geometry[0] == frame.shape
+            else self._box(frame.shape)
+        )  # fmt: skip
+        top, left, h, w = placed.box
         if (h, w) == hwc.shape[:2]:
             inner = hwc  # the picture fills the place: no view to make (once per frame)
         else:
@@ -92,13 +164,17 @@ class FrameWriter:
             cv2.cvtColor(inner, cv2.COLOR_BGR2RGB, dst=inner)
         if self._scratch is not None:
             np.copyto(place, self._scratch.transpose(2, 0, 1))
+        return placed
 
-    def _write_yuv(self, cv2: Any, frame: np.ndarray, place: np.ndarray) -> None:
+    def _write_yuv(self, cv2: Any, frame: np.ndarray, place: np.ndarray) -> Geometry:
         """One ``cv2.cvtColor`` from the YUV plane into the picture's place; a plane not
-        at the picture's size (the pipeline could not ask for it) is resized after."""
+        at the picture's size (the pipeline could not ask for it) is resized after.  The
+        geometry is the decoded picture's (``source_size``), not the scaled plane's."""
         hwc = self._scratch if self._scratch is not None else place
-        shape = (frame.shape[0] * 2 // 3, frame.shape[1])
-        top, left, h, w = self._box(shape)
+        plane = (frame.shape[0] * 2 // 3, frame.shape[1])
+        source = self.source_size
+        placed = self._box(plane if source is None else (source[1], source[0]))
+        top, left, h, w = placed.box
         if (h, w) != hwc.shape[:2]:
             hwc[:top] = LETTERBOX_FILL
             hwc[top + h :] = LETTERBOX_FILL
@@ -106,13 +182,14 @@ class FrameWriter:
             hwc[top : top + h, left + w :] = LETTERBOX_FILL
         inner = hwc[top : top + h, left : left + w]
         code = _YUV_CODES[(self.yuv, self.color)]
-        if shape == (h, w):
+        if plane == (h, w):
             cv2.cvtColor(frame, getattr(cv2, code), dst=inner)
         else:
             full = cv2.cvtColor(frame, getattr(cv2, code))
             cv2.resize(full, (w, h), dst=inner, interpolation=cv2.INTER_LINEAR)
         if self._scratch is not None:
             np.copyto(place, self._scratch.transpose(2, 0, 1))
+        return placed
 
 
 _YUV_CODES = {

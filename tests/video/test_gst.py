@@ -180,3 +180,25 @@ def test_h265_rtsp_through_its_depayloader(tmp_path_factory):
         server.stop()
     assert "rtph265depay ! h265parse ! avdec_h265" in stats["pipeline"], stats["pipeline"]
     assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)
+
+
+@pytest.mark.parametrize("resize", ["stretch", "letterbox"])
+def test_boxes_map_back_to_the_camera_when_the_pipeline_scaled_the_picture(
+    tmp_path_factory, resize
+):
+    """The pipeline hands over YUV already at the target size; each frame's geometry is
+    still the decoded picture's, so a box found in the batch maps to camera pixels."""
+    from _media import square_clip
+
+    square = (400, 120, 560, 280)
+    path = square_clip(media_dir(tmp_path_factory), size=(1280, 720), square=square)
+    src = VideoSource(path, backend="gstreamer")
+    with StreamLoader([src], size=(320, 320), batch=1, resize=resize) as loader:
+        batch = next(iter(loader))
+        assert loader.stats()["streams"][0]["pipeline"].count("videoscale") == 1
+    meta = batch.meta[0]
+    assert meta.source_size == (1280, 720)
+    frame = batch.frames[0].numpy()
+    ys, xs = np.nonzero(frame[..., 0] > 128)
+    found = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
+    assert np.abs(meta.to_source(found)[0] - np.array(square)).max() <= 6
