@@ -48,6 +48,37 @@ def clip(
     return path
 
 
+def square_clip(
+    directory: Path,
+    *,
+    size: tuple[int, int],
+    square: tuple[int, int, int, int],
+    fps: int = 30,
+    seconds: float = 0.5,
+) -> Path:
+    """Write (once) an H.264 MP4 of a black ``size`` frame with a white filled box at
+    ``square`` = ``(x0, y0, x1, y1)`` source pixels (even values keep its edges sharp
+    in yuv420p); return its path."""
+    if FFMPEG is None:
+        missing("FFMPEG", "ffmpeg (Debian package ffmpeg) is needed to write H.264 test clips")
+    (w, h), (x0, y0, x1, y1) = size, square
+    path = directory / f"square-{w}x{h}-{x0}-{y0}-{x1}-{y1}-{fps}fps-{seconds:g}s.mp4"
+    if path.exists():
+        return path
+    part = path.with_suffix(".part.mp4")
+    box = f"drawbox=x={x0}:y={y0}:w={x1 - x0}:h={y1 - y0}:color=white:t=fill"
+    subprocess.run(
+        [FFMPEG, "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         f"color=c=black:size={w}x{h}:rate={fps},{box}", "-t", f"{seconds}", "-c:v",
+         "libx264", "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p",
+         "-g", str(fps), str(part)],
+        check=True,
+        timeout=60,
+    )  # fmt: skip
+    part.rename(path)
+    return path
+
+
 def truncated_copy(source: Path, directory: Path, *, fraction: float = 0.4) -> Path:
     """A copy of ``source`` cut after ``fraction`` of its bytes (a broken download)."""
     out = directory / f"truncated-{fraction:g}-{source.name}"

@@ -46,7 +46,7 @@ import numpy as np
 from ..errors import ClosedError
 from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ..pipeline.slots import Slot, SlotPool
-from ._resize import FrameWriter
+from ._resize import FrameWriter, Geometry
 from .source import FrameInfo
 
 MAX_OPEN = 3
@@ -155,12 +155,12 @@ class Assembler(OpenBatches):
             return running()
         batch, place = found
         try:
-            writer.write(frame, batch.slot.array[place])
+            geometry = writer.write(frame, batch.slot.array[place])
         except BaseException:
             self.commit(batch, place, None)
             raise
         with self._lock:
-            self._finish(batch, place, seq, pts_ms, captured_at)
+            self._finish(batch, place, seq, pts_ms, captured_at, geometry)
         return True
 
     def _claim(self, stream_id: int, latest: bool) -> tuple[OpenBatch, int] | None:
@@ -200,16 +200,20 @@ class Assembler(OpenBatches):
                 self._waiting -= 1
         return None
 
-    def commit(self, batch: OpenBatch, place: int, info: FrameInfo | None) -> None:
-        """Finish a claimed place: its frame is written (``info``) or abandoned (None)."""
+    def commit(
+        self, batch: OpenBatch, place: int, info: FrameInfo | None,
+        geometry: Geometry | None = None,
+    ) -> None:  # fmt: skip
+        """Finish a claimed place: its frame is written (``info``, placed as ``geometry``
+        says; None: it fills the place) or abandoned (None)."""
         with self._lock:
             if info is None:
-                self._finish(batch, place, None, 0.0, 0.0)
+                self._finish(batch, place, None, 0.0, 0.0, None)
             else:
-                self._finish(batch, place, info.seq, info.pts_ms, info.captured_at)
+                self._finish(batch, place, info.seq, info.pts_ms, info.captured_at, geometry)
 
     def _finish(self, batch: OpenBatch, place: int, seq: int | None, pts_ms: float,
-                captured_at: float) -> None:  # fmt: skip
+                captured_at: float, geometry: Geometry | None) -> None:  # fmt: skip
         meta = batch.meta
         batch.writing -= 1
         if seq is None:
@@ -220,6 +224,7 @@ class Assembler(OpenBatches):
             meta.seq[place] = seq
             meta.pts_ms[place] = pts_ms
             meta.captured_at[place] = captured_at
+            meta.geometry[place] = geometry
         # Wake the mux only when it may act: waking it for every frame costs CPU. It
         # waits for the oldest batch; a later one that fills is sealed when it is next.
         if (
@@ -277,6 +282,9 @@ class Sealed:
     seq: np.ndarray
     pts_ms: np.ndarray
     captured_at: np.ndarray
+    geometry: list[Geometry | None]
+    """Per place: where its frame's picture lies (recorded as it is written, since a
+    stream's resolution can change on reconnect); None: it fills the place."""
 
 
 @dataclass
@@ -309,7 +317,8 @@ class OpenBatch:
         ids = np.empty((2, n), np.int64)
         ids.fill(-1)
         times, flags = np.zeros((2, n), np.float64), np.zeros((2, n), bool)
-        self.meta = Sealed(self.pool, self.slot, flags[0], ids[0], ids[1], times[0], times[1])
+        self.meta = Sealed(self.pool, self.slot, flags[0], ids[0], ids[1], times[0], times[1],
+                           [None] * n)  # fmt: skip
         self.stale = flags[1]
 
 

@@ -60,7 +60,7 @@ from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
 from ._assembler import MAX_OPEN, Assembler, BatchPools, Placement, Sealed
 from ._reader import Wants
-from ._resize import FrameWriter
+from ._resize import FrameWriter, Geometry
 from .source import FrameInfo
 
 
@@ -237,6 +237,7 @@ class FreshFrame:
         self._newest: int | None = None
         self._reading: int | None = None
         self._info: FrameInfo | None = None  # None: nothing new since the last hand-over
+        self._geometry: list[Geometry | None] = [None] * 3  # per buffer: its picture's place
         self.handed = 0  # hand-overs so far: with a fixed batch the fewest go first
 
     def write(self, frame: np.ndarray, info: FrameInfo, writer: FrameWriter) -> None:
@@ -245,25 +246,28 @@ class FreshFrame:
             if not self._buffers:
                 self._buffers = [np.empty(self._shape, np.uint8) for _ in range(3)]
             index = next(i for i in range(3) if i not in (self._newest, self._reading))
-        writer.write(frame, self._buffers[index])
+        geometry = writer.write(frame, self._buffers[index])
         with self._lock:
             self._newest, self._info = index, info
+            self._geometry[index] = geometry
 
-    def hand_into(self, place: np.ndarray) -> FrameInfo | None:
-        """The consumer's side: copy the newest frame into ``place`` and return its info;
-        None (``place`` untouched) when no frame came since the last hand-over."""
+    def hand_into(self, place: np.ndarray) -> tuple[FrameInfo, Geometry | None] | None:
+        """The consumer's side: copy the newest frame into ``place`` and return its info
+        and geometry; None (``place`` untouched) when no frame came since the last
+        hand-over."""
         with self._lock:
             info, index = self._info, self._newest
             if info is None or index is None:
                 return None
             self._info, self._reading = None, index
+            geometry = self._geometry[index]
         try:
             np.copyto(place, self._buffers[index])
         finally:
             with self._lock:
                 self._reading = None
         self.handed += 1
-        return info
+        return info, geometry
 
 
 class HandOver:
@@ -308,9 +312,10 @@ class HandOver:
                 place = free[0]
             else:
                 break
-            info = fresh.hand_into(sealed.slot.array[place])
-            if info is None:
+            handed = fresh.hand_into(sealed.slot.array[place])
+            if handed is None:
                 continue
+            info, sealed.geometry[place] = handed
             free.remove(place)
             sealed.valid[place] = True
             sealed.stream_id[place] = sid

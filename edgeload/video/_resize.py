@@ -8,6 +8,7 @@ is made once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -18,6 +19,25 @@ Layout = Literal["NHWC", "NCHW"]
 Color = Literal["bgr", "rgb"]
 ResizeMode = Literal["stretch", "letterbox"]
 LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained with
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where a decoded frame's picture lies in its batch place.
+
+    An output pixel coordinate is ``pad + source coordinate * scale`` on each axis
+    (continuous coordinates, as box corners are); the rest of the place is padding.
+    """
+
+    source_size: tuple[int, int]
+    """The decoded frame's ``(width, height)``, pixels."""
+    scale: tuple[float, float]
+    """Output pixels per source pixel, ``(sx, sy)``: equal up to rounding for
+    ``letterbox``, each side's own ratio for ``stretch``."""
+    pad: tuple[int, int]
+    """``(left, top)`` padding before the picture, output pixels (0 for ``stretch``)."""
+    box: tuple[int, int, int, int]
+    """``(top, left, height, width)`` of the picture inside the place, output pixels."""
 
 
 class FrameWriter:
@@ -39,11 +59,11 @@ class FrameWriter:
         self.resize = resize
         w, h = size
         self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
-        self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] | None = None
+        self._geometry: tuple[tuple[int, ...], Geometry] | None = None
         self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
 
-    def _box(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-        """``(top, left, height, width)`` of the picture inside the output, cached."""
+    def _box(self, shape: tuple[int, ...]) -> Geometry:
+        """The geometry of a frame of array ``shape`` in the output, cached."""
         if self._geometry is not None and self._geometry[0] == shape:
             return self._geometry[1]
         w, h = self.size
@@ -54,20 +74,26 @@ class FrameWriter:
             scale = min(w / src_w, h / src_h)
             new_w, new_h = max(1, round(src_w * scale)), max(1, round(src_h * scale))
             box = ((h - new_h) // 2, (w - new_w) // 2, new_h, new_w)
-        self._geometry = (shape, box)
-        return box
+        top, left, new_h, new_w = box
+        # The scale each side really got (its rounded size over the source's), so a
+        # mapped box lands on the pixels the resize wrote, not on the ideal ratio's.
+        geometry = Geometry((src_w, src_h), (new_w / src_w, new_h / src_h), (left, top), box)
+        self._geometry = (shape, geometry)
+        return geometry
 
-    def write(self, frame: np.ndarray, place: np.ndarray) -> None:
-        """Write BGR ``frame`` (H', W', 3) into ``place`` in the configured form."""
+    def write(self, frame: np.ndarray, place: np.ndarray) -> Geometry:
+        """Write BGR ``frame`` (H', W', 3) into ``place`` in the configured form; returns
+        where its picture went (the place's :class:`Geometry`)."""
         cv2 = self._cv2
         if cv2 is None:
             cv2 = self._cv2 = require_cv2()
         hwc = self._scratch if self._scratch is not None else place
         geometry = self._geometry  # the cached box, looked at here: one call less a frame
-        if geometry is not None and geometry[0] == frame.shape:
-            top, left, h, w = geometry[1]
-        else:
-            top, left, h, w = self._box(frame.shape)
+        placed = (
+            geometry[1] if geometry is not None and geometry[0] == frame.shape
+            else self._box(frame.shape)
+        )  # fmt: skip
+        top, left, h, w = placed.box
         if (h, w) == hwc.shape[:2]:
             inner = hwc  # the picture fills the place: no view to make (once per frame)
         else:
@@ -85,3 +111,4 @@ class FrameWriter:
             cv2.cvtColor(inner, cv2.COLOR_BGR2RGB, dst=inner)
         if self._scratch is not None:
             np.copyto(place, self._scratch.transpose(2, 0, 1))
+        return placed

@@ -61,7 +61,7 @@ from ._capture import Target, build_target
 from ._gstreamer import hardware_decoder
 from ._mux import FreshFrame, Mux
 from ._reader import Sink, StreamReader, Wants, watchdog
-from ._resize import Color, FrameWriter, Layout, ResizeMode
+from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, Policy, VideoSource, as_source
@@ -160,7 +160,7 @@ class StreamLoader:
             fresh_for=mux.fresh_for,
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
-                                  timeout_s=opts.timeout_s)  # fmt: skip
+                                  timeout_s=opts.timeout_s, size=opts.size)  # fmt: skip
         self._lifecycle = Lifecycle.UNOPENED
 
     def _running(self) -> bool:
@@ -562,12 +562,18 @@ class Delivery:
         copier: brings batches to the device (None: they stay on the CPU).
         raise_errors: a failed stream raises SourceError (else it is logged).
         timeout_s: most seconds to wait for a batch.
+        size: the output ``(width, height)``. convert: makes model-ready frames (None:
+            the uint8 slot is the batch).
     """
 
     def __init__(
-        self, table: StreamTable, mux: Mux, *, copier: Any, raise_errors: bool, timeout_s: float
-    ) -> None:
+        self, table: StreamTable, mux: Mux, *, copier: Any, raise_errors: bool, timeout_s: float,
+        size: tuple[int, int], convert: Any = None,
+    ) -> None:  # fmt: skip
         self._table, self._mux, self._copier = table, mux, copier
+        w, h = size
+        self._identity = Geometry(size, (1.0, 1.0), (0, 0), (0, 0, h, w))
+        self._convert = convert
         self._raise_errors, self._timeout_s = raise_errors, timeout_s
         self.telemetry = Telemetry()
 
@@ -591,7 +597,8 @@ class Delivery:
             self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
             # One copy of the table a batch (its dict's own get per place): not a
             # locked lookup per frame.
-            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier)
+            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier,
+                               self._identity, self._convert)  # fmt: skip
         except BaseException:
             # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
             # queued, so it goes back to its pool here; lost, each would cost a slot.
@@ -641,8 +648,14 @@ def build_batch(
     streams: Callable[[int], StreamEntry | None],
     telemetry: Telemetry,
     copier: Any,
+    identity: Geometry,
+    convert: Any = None,
 ) -> Batch:
     """Lease the shipped slot to the consumer as a :class:`Batch`.
+
+    Each place's :class:`FrameMeta` carries the geometry its frame was written with
+    (``identity``, the output's own, where none was recorded). ``convert`` (a
+    :class:`~edgeload.video._convert.Converter`) makes the model-ready frames.
 
     Without a copier the frames are a view of the slot (no copy). With one, mapped and
     managed slots are viewed by the GPU in place and pinned or host slots are copied on
@@ -682,7 +695,9 @@ def build_batch(
         captured = captured_at[place]
         age = (now - captured) * 1000.0
         ages.append(age)
-        metas[place] = FrameMeta(sid, seq, pts[place], captured, age, gap)
+        geometry = sealed.geometry[place] or identity
+        metas[place] = FrameMeta(sid, seq, pts[place], captured, age, gap, geometry.source_size,
+                                 geometry.scale, geometry.pad)  # fmt: skip
     telemetry.delivered(ages, now)
     return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))
 
