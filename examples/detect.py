@@ -36,7 +36,7 @@ import inspect
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -93,7 +93,7 @@ class BrightSquares(torch.nn.Module):
         return out.flatten(2).to(x.dtype)
 
 
-def _runs(mask: torch.Tensor, dim: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def _runs(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per pixel, how many consecutive True pixels end at it (counting back along
     ``dim``) and start at it (counting forward); 0 where ``mask`` is False."""
 
@@ -135,7 +135,7 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def non_max_suppression(
     prediction: torch.Tensor, *, conf: float = 0.25, iou: float = 0.45, max_det: int = 300
-) -> List[torch.Tensor]:
+) -> list[torch.Tensor]:
     """YOLOv8 head output ``(B, 4 + classes, A)`` (xywh, class scores) to one
     ``(N, 6)`` tensor per image: x1, y1, x2, y2, score, class; greedy class-aware NMS
     in plain torch (the same rule as ``torchvision.ops.nms``)."""
@@ -166,7 +166,7 @@ def non_max_suppression(
     return out
 
 
-def pick_nms(conf: float, iou: float) -> Tuple[Callable[[torch.Tensor], List[torch.Tensor]], str]:
+def pick_nms(conf: float, iou: float) -> tuple[Callable[[torch.Tensor], list[torch.Tensor]], str]:
     """Ultralytics' NMS where torchvision's operator loads, else the torch one here."""
     if torchvision_nms_loads():
         try:
@@ -181,7 +181,7 @@ def pick_nms(conf: float, iou: float) -> Tuple[Callable[[torch.Tensor], List[tor
 # --- the model ---------------------------------------------------------------------------
 
 
-def load_model(name: str) -> Tuple[torch.nn.Module, Dict[int, str]]:
+def load_model(name: str) -> tuple[torch.nn.Module, dict[int, str]]:
     """The model's ``nn.Module`` in eval mode and its class names."""
     if name == "square":
         return BrightSquares().eval(), {0: "square"}
@@ -211,7 +211,7 @@ def forward(model: torch.nn.Module, frames: torch.Tensor) -> torch.Tensor:
 
 def open_loader(sources: Sequence[str], imgsz: int) -> StreamLoader:
     """Letterboxed float RGB NCHW batches, one place per stream."""
-    kwargs: Dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(
         size=(imgsz, imgsz), layout="NCHW", color="rgb", resize="letterbox"
     )
     if "dtype" in inspect.signature(StreamLoader).parameters:
@@ -244,7 +244,9 @@ def source_picture(frame: torch.Tensor, meta: FrameMeta) -> np.ndarray:
     return cv2.resize(picture, (w, h), interpolation=cv2.INTER_LINEAR)
 
 
-def annotate(picture: np.ndarray, boxes: np.ndarray, names: Dict[int, str], label: str) -> np.ndarray:
+def annotate(
+    picture: np.ndarray, boxes: np.ndarray, names: dict[int, str], label: str
+) -> np.ndarray:
     import cv2
 
     for x1, y1, x2, y2, score, cls in boxes:
@@ -280,9 +282,9 @@ class StreamTally:
 
     def __init__(self) -> None:
         self.frames = 0
-        self.ages_ms: List[float] = []
-        self.first: Optional[float] = None
-        self.last: Optional[float] = None
+        self.ages_ms: list[float] = []
+        self.first: float | None = None
+        self.last: float | None = None
 
     def add(self, now: float, captured_at: float) -> None:
         self.frames += 1
@@ -309,8 +311,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(max(1, loader.plan.threads.torch))
     print(f"model {args.model}, NMS {nms_name}, {len(args.sources)} sources at "
           f"{args.imgsz}x{args.imgsz}, torch threads {torch.get_num_threads()}", flush=True)  # fmt: skip
-    tallies: Dict[int, StreamTally] = {}
-    last: Dict[int, Tuple[np.ndarray, str]] = {}  # stream -> its last annotated frame
+    tallies: dict[int, StreamTally] = {}
+    last: dict[int, tuple[np.ndarray, str]] = {}  # stream -> its last annotated frame
     writer = None
     video = args.out is not None and Path(args.out).suffix.lower() in (".mp4", ".avi", ".mkv")
     started = time.monotonic()
@@ -356,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_video(writer: Any, path: str, pictures: List[np.ndarray]) -> Any:
+def _write_video(writer: Any, path: str, pictures: list[np.ndarray]) -> Any:
     """Append one sheet to the video (opened on the first, at that sheet's size: later
     sheets, with more cameras in, are scaled to it)."""
     import cv2
@@ -371,7 +373,7 @@ def _write_video(writer: Any, path: str, pictures: List[np.ndarray]) -> Any:
     return writer
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="+", help="files, RTSP/HTTP URLs or camera indices")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to run")
