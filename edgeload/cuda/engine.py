@@ -21,6 +21,7 @@ import collections
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -67,6 +68,8 @@ class Engine(Protocol):
     def is_device_tensor(self, value: Any) -> bool: ...
     def record_stream(self, tensor: Any, stream: Any) -> None: ...
     def copies(self) -> dict[str, int]: ...
+    def empty(self, shape: tuple[int, ...], *, dtype: Any, device: Any) -> Any: ...
+    def launch(self, stream: Any, work: Callable[[], None]) -> None: ...
 
 
 class CopyCounter:
@@ -215,6 +218,15 @@ class CudaEngine:
     def copies(self) -> dict[str, int]:
         """Full copies made through this engine, by kind."""
         return self._copies.snapshot()
+
+    def empty(self, shape: tuple[int, ...], *, dtype: Any, device: Any) -> Any:
+        """A new device tensor (torch's caching allocator: no cudaMalloc once warm)."""
+        return require_torch().empty(shape, dtype=dtype, device=device)
+
+    def launch(self, stream: Any, work: Callable[[], None]) -> None:
+        """Queue ``work``'s kernels (torch ops on device tensors) on ``stream``."""
+        with self.use_stream(stream):
+            work()
 
     def device_properties(self) -> Any:
         """The current CUDA device's memory properties."""

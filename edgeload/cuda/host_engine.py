@@ -434,6 +434,16 @@ class HostEngine:
         """Full copies made through this engine, by kind (see engine.COPY_KINDS)."""
         return self._device.copies.snapshot()
 
+    def empty(self, shape: tuple[int, ...], *, dtype: Any, device: Any) -> Any:
+        """A new "device" tensor (uninitialised)."""
+        tensor = require_torch().empty(shape, dtype=dtype)
+        self._device.mark(tensor)
+        return tensor
+
+    def launch(self, stream: HostStream, work: Callable[[], None]) -> None:
+        """Queue ``work`` (a "kernel") to run on ``stream`` when its turn comes."""
+        stream.submit(0.0, work)
+
     # -- what tests ask -----------------------------------------------------------------
 
     def busy(self, seconds: float, *, stream: HostStream | None = None) -> None:

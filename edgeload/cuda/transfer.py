@@ -42,6 +42,12 @@ class Transfer:
         self.nbytes = nbytes
         self._engine = engine if engine is not None else default_engine()
 
+    @property
+    def target(self) -> Any:
+        """The tensor without waiting for the copy: for more work queued on the copier's
+        stream, which runs after the copy."""
+        return self._tensor
+
     def done(self) -> bool:
         """Whether the copy has finished on the GPU (never blocks)."""
         return self.event is None or bool(self.event.query())

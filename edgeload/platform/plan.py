@@ -75,6 +75,9 @@ class Plan:
     usable_cores: int
     profile_source: str
     reasons: Mapping[str, str] = field(default_factory=dict)
+    output_bytes: int = 0
+    """Bytes of one model-ready (float) batch, made beside its uint8 slot; 0: the slot
+    is the batch (a StreamLoader's ``dtype``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain, JSON-serialisable data."""
@@ -105,6 +108,11 @@ class Plan:
                 self.reasons.get("threads", ""),
             ),
             ("decode", self.decode_backend, self.reasons.get("decode", "")),
+            *(
+                [("output", format_mib(self.output_bytes), self.reasons.get("output", ""))]
+                if self.output_bytes
+                else []
+            ),
             ("profile", self.profile_source, ""),
         ]
         width = max(len(r[0]) for r in rows)

@@ -40,6 +40,43 @@ class Geometry:
     """``(top, left, height, width)`` of the picture inside the place, output pixels."""
 
 
+def letterbox_size(
+    source_size: tuple[int, int] | None, long_side: int, *, stride: int = 32
+) -> tuple[int, int]:
+    """The smallest ``(width, height)`` with each side a multiple of ``stride`` that a
+    frame of ``source_size`` letterboxes into with its long side ``long_side``
+    (Ultralytics' rectangular letterbox: 640x480 at 320 -> 320x256).
+
+    ``source_size`` None (unknown, or streams of several aspects) gives the square,
+    ``long_side`` rounded up to ``stride``.
+
+    Args:
+        source_size: the frames' ``(width, height)``, pixels, or None.
+        long_side: the picture's long side in the output, pixels (a detector's imgsz).
+        stride: the model's stride (32 for YOLO-family detectors); 1 for no rounding.
+
+    Raises:
+        ArgumentError: a size or stride below 1.
+    """
+    from ..errors import ArgumentError
+
+    if long_side < 1 or stride < 1:
+        raise ArgumentError(
+            f"letterbox_size: size and stride must be >= 1, got size={long_side}, stride={stride}"
+        )
+    if source_size is not None and min(source_size) < 1:
+        raise ArgumentError(f"letterbox_size: source_size must be > 0, got {source_size}")
+
+    def up(n: int) -> int:
+        return -(-n // stride) * stride
+
+    if source_size is None:
+        return up(long_side), up(long_side)
+    w, h = source_size
+    scale = long_side / max(w, h)
+    return up(max(1, round(w * scale))), up(max(1, round(h * scale)))
+
+
 class FrameWriter:
     """Writes frames of any input size into ``(H, W, 3)`` or ``(3, H, W)`` batch places.
 

@@ -119,8 +119,8 @@ class Batch:
         frames = self.frames
         moved = engine.to_device(frames, target, non_blocking=non_blocking)
         moved_valid = engine.to_device(self.valid, target, non_blocking=non_blocking)
-        # A slot of GPU-registered memory is fenced on the copy's stream: its pool does
-        # not rewrite it before the copy has read it, even once this batch is dropped.
-        # (A copy from ordinary host memory is staged before ``to_device`` returns.)
+        # A slot of GPU-registered memory is fenced on the copy's stream: the pool fences
+        # a dropped slot only on the dropping thread's stream then, which need not be
+        # the copy's.  (A copy from ordinary host memory is staged before it returns.)
         record_gpu_use(frames, stream=engine.current_stream())
         return Batch(moved, moved_valid, self.meta)

@@ -38,12 +38,13 @@ inexact.  Live streams have nothing to resume.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Union
 
@@ -58,10 +59,11 @@ from ..pipeline.prefetch import END
 from ..platform.profile import Profile
 from ._assembler import Assembler, Sealed
 from ._capture import Target, build_target
+from ._convert import KEPT_OUTPUTS, Converter, check_output
 from ._gstreamer import hardware_decoder
 from ._mux import FreshFrame, Mux
 from ._reader import Sink, StreamReader, Wants, watchdog
-from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode
+from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode, letterbox_size
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, Policy, VideoSource, as_source
@@ -80,7 +82,9 @@ class StreamLoader:
 
     Args:
         sources: paths, URLs, camera indices, pipelines or :class:`VideoSource`.
-        size: output ``(width, height)`` of every frame, whatever the input size.
+        size: output ``(width, height)`` of every frame, whatever the input size; or
+            one number, a detector's image size: the long side of a letterboxed
+            picture, the shape fixed now by :func:`model_size`'s rule (with ``stride``).
         batch: places per batch, ``every`` frames taking the first free one (each file
             runs at its own pace); None: one place per stream in every batch, so
             ``every`` streams advance, and files end, together.
@@ -100,17 +104,29 @@ class StreamLoader:
         timeout_s: most seconds to wait for a batch before raising WorkerTimeout.
         profile: the profile to plan with (default: this device's, tuned one included,
             as :func:`edgeload.platform.profile.load_profile` finds it).
+        dtype: ``torch.uint8`` (default: the frames are a view of the slot),
+            ``torch.float16`` or ``torch.float32`` (values in [0, 1], made in one pass
+            into an output of their own: on the CPU, or with ``device`` on the device
+            from the copied slot).
+        mean, std: per channel, in the output's colour order and [0, 1] units
+            (torchvision's ``Normalize``), applied after scaling; float dtypes only.
+            With ``layout="NCHW"``, ``color="rgb"``, ``dtype=torch.float32`` a batch
+            goes into a detector (a conv net) as it is.
+        stride: with ``size`` a number, each side of the output is a multiple of it
+            (a detector's stride, 32 for YOLO-family models); None: 1.
 
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
-        ValueError: an option is out of range.
+        ValueError: an option is out of range; ArgumentError (a ValueError) for a bad
+            ``dtype``, ``mean`` or ``std``, or a float dtype with a ``mapped`` or
+            ``managed`` slot and no ``device``.
     """
 
     def __init__(
         self,
         sources: Iterable[SourceLike],
         *,
-        size: tuple[int, int] = (640, 640),
+        size: tuple[int, int] | int = (640, 640),
         batch: int | None = None,
         policy: Policy | None = None,
         deadline_ms: float | None = None,
@@ -123,7 +139,13 @@ class StreamLoader:
         timeout_s: float = 60.0,
         profile: Profile | None = None,
         engine: Any = None,
+        dtype: Any = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        stride: int | None = None,
     ) -> None:
+        given = [as_source(s) for s in sources]  # once: ``sources`` may be a generator
+        size = model_size(size, stride=stride, resize=resize, sources=given)
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
         # Whether the loader is open; the threads hold only this (a weak call), never
@@ -131,7 +153,7 @@ class StreamLoader:
         running = weak_call(self._running, bool)
         copier = device_copier(device, engine)  # raises for a missing device
         self._table = table = StreamTable(opts.writer, opts.policy)
-        for src in sources:
+        for src in given:
             table.add(src)
         streams = table.entries()
         if not streams:
@@ -146,6 +168,10 @@ class StreamLoader:
         for stream in streams:
             stream.target = self._target(stream.source)
         self._memory = memory_mode_for(memory_mode, device, self.plan, engine)
+        convert = output_converter(dtype, mean, std, layout=opts.layout,
+                                   memory_mode=self._memory[0], device=device)  # fmt: skip
+        if convert is not None:
+            self.plan = with_output(self.plan, convert.name, device)
         self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
         self._mux = mux = Mux(
             slot_shape=opts.slot_shape, batch=opts.batch, deadline_s=self.deadline_ms / 1000,
@@ -160,7 +186,8 @@ class StreamLoader:
             fresh_for=mux.fresh_for,
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
-                                  timeout_s=opts.timeout_s, size=opts.size)  # fmt: skip
+                                  timeout_s=opts.timeout_s, size=opts.size,
+                                  convert=convert)  # fmt: skip
         self._lifecycle = Lifecycle.UNOPENED
 
     def _running(self) -> bool:
@@ -228,9 +255,11 @@ class StreamLoader:
     def stats(self) -> dict[str, Any]:
         """Per stream: state, fps, drops, reconnects, last error; loader: batch rate,
         queue depth, frame age p50/p99, bytes held."""
-        return loader_stats(self._table.entries(), self._delivery.telemetry, self._mux,
-                            deadline_ms=self.deadline_ms, memory=self._memory,
-                            plan=self.plan)  # fmt: skip
+        stats = loader_stats(self._table.entries(), self._delivery.telemetry, self._mux,
+                             deadline_ms=self.deadline_ms, memory=self._memory,
+                             plan=self.plan)  # fmt: skip
+        stats.update(self._delivery.output_stats())
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
         """Each file stream's next frame index (what the consumer received), plain data."""
@@ -361,6 +390,97 @@ def plan_streams(
     plan = plan_for(streams=streams, frame=frame, batch=batch, live=live, finite=finite,
                     platform=platform, profile=profile)  # fmt: skip
     return platform, plan
+
+
+def model_size(
+    size: tuple[int, int] | int,
+    *,
+    stride: int | None,
+    resize: str,
+    sources: Sequence[VideoSource],
+) -> tuple[int, int]:
+    """The output ``(width, height)`` for the loader's ``size`` and ``stride``.
+
+    A batch's shape is fixed when its slots are made, before any live stream has sent a
+    frame, so a single ``size`` is decided from what is known now: when every source is
+    a local file and all letterbox to the same shape
+    (:func:`~edgeload.video._resize.letterbox_size`; their frame sizes read from the
+    files' headers), that rectangle; otherwise (a camera or stream, files of several
+    aspects, or ``resize="stretch"``) the square, as Ultralytics does for streams of
+    differing shapes.  For cameras of a known resolution pass
+    ``size=letterbox_size((w, h), n, stride=s)`` instead.
+
+    Raises:
+        ArgumentError: ``stride`` below 1, or given with a ``(width, height)`` size.
+    """
+    from ..errors import ArgumentError
+
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)
+                               or stride < 1):  # fmt: skip
+        raise ArgumentError(f"StreamLoader: stride must be an int >= 1 or None, got {stride!r}")
+    if isinstance(size, bool) or not isinstance(size, int):
+        if stride is not None:
+            raise ArgumentError(
+                f"StreamLoader: stride={stride} applies to size=N (a detector's image size, "
+                f"the long side); got size={size!r}: pass size=N or drop stride"
+            )
+        return size  # type: ignore[return-value]  # (width, height): StreamSettings checks it
+    step = 1 if stride is None else stride
+    if size < 1:
+        raise ArgumentError(f"StreamLoader: size must be >= 1, got {size}")
+    if resize != "letterbox" or not sources or any(s.kind != "file" or s.network for s in sources):
+        return letterbox_size(None, size, stride=step)
+    shapes = {letterbox_size(_file_frame_size(s), size, stride=step) for s in sources}
+    return shapes.pop() if len(shapes) == 1 else letterbox_size(None, size, stride=step)
+
+
+def _file_frame_size(source: VideoSource) -> tuple[int, int] | None:
+    """A local file's frame ``(width, height)`` from its header; None when unreadable."""
+    cv2 = require_cv2()
+    cap = cv2.VideoCapture(str(source.uri))
+    try:
+        w = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+        h = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    finally:
+        cap.release()
+    return (w, h) if w > 0 and h > 0 else None
+
+
+def output_converter(
+    dtype: Any,
+    mean: Sequence[float] | None,
+    std: Sequence[float] | None,
+    *,
+    layout: Layout,
+    memory_mode: str,
+    device: Any,
+) -> Converter | None:
+    """The converter to the loader's float ``dtype``; None for uint8 (the slot is the batch).
+
+    Raises:
+        ArgumentError: as :func:`~edgeload.video._convert.check_output`.
+    """
+    torch = require_torch()
+    name, mean_, std_ = check_output(torch.uint8 if dtype is None else dtype, mean, std,
+                                     memory_mode=memory_mode, device=device)  # fmt: skip
+    if name == "uint8":
+        return None
+    return Converter(dtype=dtype, mean=mean_, std=std_, layout=layout)
+
+
+def with_output(plan: Any, name: str, device: Any) -> Any:
+    """``plan`` with what a model-ready batch of dtype ``name`` costs, made on ``device``."""
+    from ..platform.plan import format_mib
+
+    itemsize = 2 if name == "float16" else 4
+    where = "the CPU" if device is None or str(device) == "cpu" else str(device)
+    reasons = dict(plan.reasons)
+    reasons["output"] = (
+        f"{name} batches of {format_mib(plan.slot_bytes * itemsize)} on {where}, "
+        f"beside the uint8 slots"
+        + (f" (up to {KEPT_OUTPUTS} kept for reuse)" if where == "the CPU" else "")
+    )
+    return dataclasses.replace(plan, output_bytes=plan.slot_bytes * itemsize, reasons=reasons)
 
 
 def memory_mode_for(memory_mode: str, device: Any, plan: Any, engine: Any) -> tuple[str, str]:
@@ -607,6 +727,14 @@ class Delivery:
                 item.pool.release(item.slot)
             raise
 
+    def output_stats(self) -> dict[str, Any]:
+        """What the model-ready output costs (``output_dtype``, ``output_batch_bytes``:
+        one batch's bytes beside its slot, ``outputs_made``: CPU outputs allocated)."""
+        if self._convert is None:
+            return {"output_dtype": "uint8", "output_batch_bytes": 0, "outputs_made": 0}
+        stats: dict[str, Any] = self._convert.stats()
+        return stats
+
     def raise_failures(self) -> None:
         """Report each stream that ended with an error, once."""
         raise_failures(self._table.entries(), raise_=self._raise_errors)
@@ -665,14 +793,26 @@ def build_batch(
     torch = require_torch()
     if copier is None:
         frames = torch.from_numpy(sealed.pool.lease(sealed.slot))
+        if convert is not None:
+            frames = convert.on_cpu(frames)  # the uint8 view goes: the slot is free again
     else:
         # Leased with the copier's stream current: when the view goes, the pool fences
         # the slot on that stream (and on this thread's), so it is not written again
-        # before the copy has read it.
-        with copier.engine.use_stream(copier.stream):
+        # before the copy, and the conversion queued after it, have read it.
+        engine, stream = copier.engine, copier.stream
+        with engine.use_stream(stream):
             view = sealed.pool.lease(sealed.slot)
-        frames = copier.to_device(view, hold=False).tensor()
-        del view
+        transfer = copier.to_device(view, hold=False)
+        if convert is not None:
+            from ..cuda.transfer import Transfer
+
+            out = convert.on_device(transfer.target, engine=engine, stream=stream,
+                                    device=copier.device)  # fmt: skip
+            done = engine.new_event()
+            done.record(stream)
+            transfer = Transfer(out, event=done, nbytes=transfer.nbytes, engine=engine)
+        frames = transfer.tensor()
+        del view, transfer
     now = time.monotonic()
     ages: list[float] = []
     # One ``tolist`` per field, not a numpy scalar read per place and field.

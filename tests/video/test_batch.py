@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeload.errors import ArgumentError
-from edgeload.video import StreamLoader
+from edgeload.video import StreamLoader, letterbox_size
 from edgeload.video._resize import FrameWriter
 from edgeload.video.batch import FrameMeta
 
@@ -126,3 +126,59 @@ def test_to_source_refuses_what_is_not_n_by_4(boxes):
     meta = FrameMeta(0, 0, 0.0, 0.0, 0.0, 0, (640, 480), (0.5, 0.5), (0, 40))
     with pytest.raises(ArgumentError, match=r"boxes must be an \(N, 4\) xyxy"):
         meta.to_source(boxes)
+
+
+@pytest.mark.parametrize(
+    ("source", "long_side", "stride", "want"),
+    [
+        ((640, 480), 320, 32, (320, 256)),  # Ultralytics' own example
+        ((480, 640), 320, 32, (256, 320)),
+        ((1366, 768), 416, 32, (416, 256)),
+        ((1920, 1080), 640, 32, (640, 384)),
+        ((640, 480), 320, 1, (320, 240)),
+        (None, 320, 32, (320, 320)),
+        (None, 330, 32, (352, 352)),
+    ],
+)
+def test_letterbox_size_rounds_each_side_up_to_the_stride(source, long_side, stride, want):
+    assert letterbox_size(source, long_side, stride=stride) == want
+
+
+def test_a_files_loader_letterboxes_to_the_models_stride(tmp_path_factory):
+    square = (100, 60, 180, 140)
+    path = square_clip(media_dir(tmp_path_factory), size=(320, 240), square=square)
+    with StreamLoader([path], size=160, stride=32, resize="letterbox", policy="every") as loader:
+        assert loader.size == (160, 128)
+        batch = next(iter(loader))
+    assert batch.frames.shape == (1, 128, 160, 3)
+    meta = batch.meta[0]
+    assert (meta.source_size, meta.pad, meta.scale) == ((320, 240), (0, 4), (0.5, 0.5))
+    found = meta.to_source(_bright_box(batch.frames[0].numpy()))
+    assert np.abs(found - np.array(square)).max() <= 2.5, found
+
+
+def test_streams_of_several_aspects_or_live_ones_take_the_square(squares):
+    with StreamLoader([squares["wide"], squares["tall"]], size=96, stride=32,
+                      resize="letterbox") as loader:  # fmt: skip
+        assert loader.size == (96, 96)
+    with StreamLoader(["rtsp://127.0.0.1:9/none"], size=100, stride=32,
+                      resize="letterbox") as loader:  # fmt: skip
+        assert loader.size == (128, 128)
+    with StreamLoader([squares["wide"]], size=96, stride=32) as loader:  # stretch
+        assert loader.size == (96, 96)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (
+            {"size": (320, 256), "stride": 32},
+            r"stride=32 applies to size=N .* got size=\(320, 256\)",
+        ),
+        ({"size": 320, "stride": 0}, r"stride must be an int >= 1 or None, got 0"),
+        ({"size": 0}, r"size must be >= 1, got 0"),
+    ],
+)
+def test_bad_stride_arguments_say_what_to_pass(squares, kwargs, match):
+    with pytest.raises(ArgumentError, match=match):
+        StreamLoader([squares["wide"]], resize="letterbox", **kwargs)
