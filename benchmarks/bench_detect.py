@@ -79,16 +79,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the results as JSON here")
 
 
-def letterbox_size(size: tuple[int, int], imgsz: int) -> tuple[int, int]:
-    """What Ultralytics' letterbox (``auto``, as for streams of one size) makes of a
-    ``size`` frame at ``imgsz``: the long side ``imgsz``, the short side scaled and
-    rounded up to the stride."""
-    w, h = size
-    r = imgsz / max(w, h)
-    side = lambda v: -(-round(v * r) // STRIDE) * STRIDE  # noqa: E731
-    return side(w), side(h)
-
-
 # --- in the child --------------------------------------------------------------------
 
 
@@ -205,29 +195,23 @@ def _run_ultralytics(args: argparse.Namespace, model: Any, tally: _Tally) -> Con
 
 def _run_edgeload(args: argparse.Namespace, model: Any, tally: _Tally) -> Contender:
     """StreamLoader -> forward -> Ultralytics' NMS -> to_source: a step is one batch."""
-    import inspect
-
     import clock_camera
     import torch
     from ultralytics.utils.nms import non_max_suppression
 
-    from edgeload.video import StreamLoader
+    from edgeload.video import StreamLoader, letterbox_size
 
     net = model.model.float().eval()
     w, h = (int(v) for v in args.size.split("x"))
-    kwargs: dict[str, Any] = {}
-    if "dtype" in inspect.signature(StreamLoader).parameters:
-        kwargs["dtype"] = torch.float32
-    loader = StreamLoader(args.urls, size=letterbox_size((w, h), args.imgsz), layout="NCHW",
-                          color="rgb", resize="letterbox", **kwargs)  # fmt: skip
+    loader = StreamLoader(args.urls, size=letterbox_size((w, h), args.imgsz, stride=STRIDE),
+                          layout="NCHW", color="rgb", resize="letterbox",
+                          dtype=torch.float32)  # fmt: skip
     batches = iter(loader)
 
     def step() -> int:
         batch = next(batches)
         handed = time.time()
         frames = batch.frames
-        if not frames.is_floating_point():  # a loader without dtype=
-            frames = frames.float().div_(255)
         stamps = []
         metas = [(i, m) for i, m in enumerate(batch.meta) if m is not None]
         for i, m in metas:
@@ -324,11 +308,13 @@ def run(args: argparse.Namespace) -> int:
                              "or pass --python with an interpreter that has it")  # fmt: skip
         os.environ.update(peers.peer_env(site))
         site_note = f"ultralytics {installed['ultralytics']} from {site}"
+    from edgeload.video import letterbox_size
+
     w, h = (int(v) for v in args.size.split("x"))
     report: dict[str, Any] = {
         "workload": f"{args.cameras} x {args.size}@30 loopback RTSP (x264 ultrafast), "
         f"{args.model} at imgsz {args.imgsz} (edgeload letterboxes to "
-        f"{'x'.join(map(str, letterbox_size((w, h), args.imgsz)))}, as Ultralytics does); "
+        f"{'x'.join(map(str, letterbox_size((w, h), args.imgsz, stride=STRIDE)))}, as Ultralytics does); "
         f"{args.seconds:g} s measured after {args.warmup:g} s warm-up",
         "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "peers": site_note,
         "versions": _common.versions(), "results": {},

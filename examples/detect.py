@@ -32,7 +32,6 @@ torch, or no ultralytics) :func:`non_max_suppression` here, in plain torch.
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import time
 from pathlib import Path
@@ -45,8 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a clone without installing
 
-from edgeload.video import Batch, FrameMeta, StreamLoader  # noqa: E402
+from edgeload.video import FrameMeta, StreamLoader  # noqa: E402
 
+STRIDE = 32  # YOLOv8's largest stride: its input sides are multiples of it
 # Ultralytics' letterbox grey: the padding a YOLO model was trained with.
 PAD_GREY = 114
 # Candidates kept per image before NMS, by score (Ultralytics' max_nms is 30000; a
@@ -210,20 +210,11 @@ def forward(model: torch.nn.Module, frames: torch.Tensor) -> torch.Tensor:
 
 
 def open_loader(sources: Sequence[str], imgsz: int) -> StreamLoader:
-    """Letterboxed float RGB NCHW batches, one place per stream."""
-    kwargs: dict[str, Any] = dict(
-        size=(imgsz, imgsz), layout="NCHW", color="rgb", resize="letterbox"
-    )
-    if "dtype" in inspect.signature(StreamLoader).parameters:
-        kwargs["dtype"] = torch.float32
-    return StreamLoader(list(sources), **kwargs)
-
-
-def model_input(batch: Batch) -> torch.Tensor:
-    """The batch as the model takes it: float in [0, 1] (the loader's own when it has
-    ``dtype=``; converted here for a loader without it)."""
-    frames = batch.frames
-    return frames if frames.is_floating_point() else frames.float().div_(255)
+    """Float RGB NCHW batches, one place per stream, letterboxed as Ultralytics does:
+    ``imgsz`` on the long side, each side a multiple of the stride (the rectangle for
+    files of one aspect, else the square)."""
+    return StreamLoader(list(sources), size=imgsz, stride=STRIDE, layout="NCHW",
+                        color="rgb", resize="letterbox", dtype=torch.float32)  # fmt: skip
 
 
 # --- drawing -------------------------------------------------------------------------------
@@ -310,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.threads:  # the plan's share of the cores for the model
         torch.set_num_threads(max(1, loader.plan.threads.torch))
     print(f"model {args.model}, NMS {nms_name}, {len(args.sources)} sources at "
-          f"{args.imgsz}x{args.imgsz}, torch threads {torch.get_num_threads()}", flush=True)  # fmt: skip
+          f"{loader.size[0]}x{loader.size[1]}, torch threads {torch.get_num_threads()}", flush=True)  # fmt: skip
     tallies: dict[int, StreamTally] = {}
     last: dict[int, tuple[np.ndarray, str]] = {}  # stream -> its last annotated frame
     writer = None
@@ -318,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with loader, torch.inference_mode():
         for batch in loader:
-            dets = nms(forward(model, model_input(batch)))
+            dets = nms(forward(model, batch.frames))
             now = time.monotonic()
             for place, meta in enumerate(batch.meta):
                 if meta is None:
@@ -377,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="+", help="files, RTSP/HTTP URLs or camera indices")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to run")
-    parser.add_argument("--imgsz", type=int, default=320, help="model input side, pixels")
+    parser.add_argument("--imgsz", type=int, default=320, help="model input, long side")
     parser.add_argument("--model", default="yolov8n.yaml",
                         help="an Ultralytics model YAML or .pt, or 'square' (torch only)")  # fmt: skip
     parser.add_argument("--conf", type=float, default=0.25, help="score threshold")
