@@ -77,6 +77,11 @@ MODULES = {
         "live RTSP cameras, true capture-to-consumer age: StreamLoader vs OpenCV latest-frame "
         "threads, ultralytics LoadStreams, vidgear CamGear",
     ),
+    "detect": (
+        "bench_detect",
+        "YOLOv8n on 4 live RTSP cameras: StreamLoader -> forward -> NMS vs Ultralytics' "
+        "predict(stream=True), processed fps and capture-to-result age",
+    ),
     "soak": (
         "bench_soak",
         "both loaders for --minutes (RTSP camera cut every 30 s, 3 looping files, DataLoader "

@@ -8,11 +8,11 @@ source "$repo/scripts/_system_deps.sh"
 system_deps
 
 say "ruff"
-"$venv/bin/ruff" check edgeload tests scripts benchmarks
-"$venv/bin/ruff" format --check edgeload tests scripts benchmarks
+"$venv/bin/ruff" check edgeload tests scripts benchmarks examples
+"$venv/bin/ruff" format --check edgeload tests scripts benchmarks examples
 say "Python 3.8 gate (JetPack 5): vermin and scripts/check_py38.py"
-"$venv/bin/vermin" -q -t=3.8- --no-tips --violations edgeload tests scripts benchmarks
-"$venv/bin/python" scripts/check_py38.py edgeload tests scripts benchmarks
+"$venv/bin/vermin" -q -t=3.8- --no-tips --violations edgeload tests scripts benchmarks examples
+"$venv/bin/python" scripts/check_py38.py edgeload tests scripts benchmarks examples
 say "mypy"
 "$venv/bin/mypy"
 say "pytest"
