@@ -280,7 +280,8 @@ def build_target(
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
     if kind == "csi":
-        return Target(kind, "gstreamer", csi_pipeline(int(value)))
+        pipeline, yuv = csi_pipeline(int(value), output or Output())
+        return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "device":
         if want == "gstreamer":
             dev = value if isinstance(value, str) else f"/dev/video{value}"
