@@ -158,7 +158,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         result = _gi_run(f"{head}! fakesink name=out", warm)
         result["pipeline"] = target.open_string
         return result
-    backend, _, rest = mode.partition("-")
+    name, _, rest = mode.partition("-")
+    backend = {"gst": "gstreamer", "ffmpeg": "ffmpeg"}[name]
     if rest:
         return _loader_run(path, backend, 4, 5.0, warm)
     return _loader_run(path, backend, 1, None, warm)
