@@ -374,6 +374,7 @@ def decode_pipeline(
     board: str,
     *,
     transport: str = "tcp",
+    recorded: bool = False,
     info: StreamInfo,
     out: Output,
     elements: Elements = has_element,
@@ -384,7 +385,8 @@ def decode_pipeline(
     Raises:
         SourceError: the codec has no decoder here.
     """
-    live = kind != "file"
+    # A recorded file over HTTP is read to its end, every frame: no live sink.
+    live = kind != "file" and not (kind == "http" and recorded)
     sink = LIVE_SINK if live else FILE_SINK
     if kind == "rtsp":
         # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.

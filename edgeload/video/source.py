@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..errors import SourceError
 from ..vocabulary import DecodeBackendSetting
-from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
+from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify, recorded_url
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
@@ -156,7 +156,10 @@ class VideoSource:
         self.backoff_s = backoff_s
         self.max_retries = max_retries
         self.rtsp_transport = rtsp_transport
-        self.policy: Policy = policy or ("latest" if self.live else "every")
+        # An http(s) URL to a recorded file (.mp4, .ts, ...) is read to its end, every
+        # frame, like a file; it still opens over the network and retries.
+        self.recorded = kind == "http" and recorded_url(str(value))
+        self.policy: Policy = policy or ("latest" if self.live and not self.recorded else "every")
 
     @property
     def live(self) -> bool:
