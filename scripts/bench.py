@@ -72,6 +72,11 @@ MODULES = {
         "4 x 720p H.264 -> 640x640 batches: StreamLoader vs plain loop, thread-per-stream, "
         "torch DataLoader, ceiling; live frame age",
     ),
+    "gst": (
+        "bench_gst",
+        "1080p H.264 -> 640x640 on OpenCV's GStreamer path: CPU per frame vs decode alone, "
+        "the FFmpeg path, 4 streams at fps=5 (run with Debian's OpenCV + python3-gi)",
+    ),
     "live": (
         "bench_live",
         "live RTSP cameras, true capture-to-consumer age: StreamLoader vs OpenCV latest-frame "

@@ -7,6 +7,10 @@
 #      every batch's checksum is computed on the GPU (tests/cuda/test_race_gpu.py),
 #   5. the transfer benchmark: pageable + .cuda(), stock pin_memory, edgeload pinned +
 #      async copy, mapped zero-copy, managed; 8 x 640x640x3 uint8 batches.
+#   6. Jetson only (skipped elsewhere; NOT RUN YET - no Jetson has been available):
+#      scripts/jetson_gst_check.py - H.264/H.265/MJPEG decoded on NVDEC and scaled by
+#      the VIC through edgeload's pipelines, csi://0, and this board's gst-inspect
+#      output saved beside the fixtures the pipeline text tests use.
 # Results go to $OUT (if set) or ./device_check_out: env.txt, suite.txt, suite.xml,
 # fork.txt, race.txt, transfer.json, transfer.txt, summary.txt. Exit status: 0 all good,
 # 1 a step failed, 3 no usable CUDA torch on this machine.
@@ -124,6 +128,10 @@ step fork 60 fork.txt "${pytest[@]}" -k fork tests/cuda tests/dataset tests/pipe
 step race 60 race.txt "${pytest[@]}" tests/cuda/test_race_gpu.py tests/cuda/test_cuda.py
 # 5. The benchmark (it also checks on the GPU that every batch arrived intact).
 step transfer 45 transfer.txt "$py" benchmarks/bench_transfer.py --batches 40 --out "$out/transfer.json"
+# 6. Jetson GStreamer pipelines (exit 3 from the script: not a Jetson, skipped).
+if command -v gst-inspect-1.0 >/dev/null && gst-inspect-1.0 --exists nvv4l2decoder; then
+  step jetson-gst 240 jetson_gst.txt "$py" scripts/jetson_gst_check.py
+fi
 
 say "done (status $status); results in $out"
 cat "$out/summary.txt"

@@ -86,10 +86,10 @@ from ._gstreamer import (
     has_element,
 )
 
-SourceKind = Literal["file", "rtsp", "http", "device", "csi", "pipeline"]
+SourceKind = Literal["file", "rtsp", "http", "stream", "device", "csi", "pipeline"]
 Backend = Literal["gstreamer", "ffmpeg", "any"]
 RtspTransport = Literal["tcp", "udp"]
-LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline")
+LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "stream", "device", "csi", "pipeline")
 # A file whose frames have at most this many pixels decodes with one FFmpeg thread,
 # whatever the plan gives files.  At 320x240 a frame decodes in well under a
 # millisecond: a second frame thread only adds GIL hand-offs and wake-ups (+14-25 %
@@ -97,7 +97,18 @@ LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "device", "csi", "pipeline
 # (352x288 and 480x320 too; not 640x360, where one thread loses with a 640x640
 # output) - docs/performance.md, "Small files".
 SMALL_FILE_PIXELS = 2 * 320 * 240
-NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http")
+NETWORK_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "stream")
+# Network streams edgeload's GStreamer pipelines have no route for: OpenCV's FFmpeg
+# opens them (kind "stream").
+STREAM_SCHEMES = ("rtmp", "rtmps", "udp", "srt", "tcp", "rtp")
+# An http(s) URL whose path ends so is a recorded file: read to its end, every frame.
+RECORDED_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".ts", ".mts", ".avi")
+
+
+def recorded_url(url: str) -> bool:
+    """Whether the http(s) ``url`` names a recorded file (by its path's ending)."""
+    return urlsplit(url).path.lower().endswith(RECORDED_SUFFIXES)
+
 
 PIPELINE_PREFIX = "gst:"
 """A source string that starts with this is a GStreamer pipeline (the rest of it)."""
@@ -178,6 +189,8 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
             return "rtsp", text
         if name in ("http", "https"):
             return "http", text
+        if name in STREAM_SCHEMES:
+            return "stream", text
         if name == "csi":
             rest = text[len("csi://") :]
             if not rest.isdigit():
@@ -191,8 +204,8 @@ def classify(uri: object) -> tuple[SourceKind, str | int]:
         else:
             raise SourceError(
                 f"video source {text!r}: unknown scheme {name!r}; use a file path, "
-                "rtsp://, http(s)://, csi://N, /dev/videoN, a camera index or a "
-                "GStreamer pipeline after 'gst:'",
+                "rtsp://, http(s)://, rtmp://, udp://, srt://, csi://N, /dev/videoN, a "
+                "camera index or a GStreamer pipeline after 'gst:'",
                 source=uri,
             )
     if re.fullmatch(r"/dev/video\d+", text):
@@ -268,6 +281,15 @@ def build_target(
             has no decoder here.
     """
     want = preferred if backend == "auto" else backend
+    if kind == "stream":
+        if backend == "gstreamer":
+            raise SourceError(
+                f"video source {value!r}: edgeload has no GStreamer pipeline for "
+                f"{str(value).partition(':')[0]}:// streams; leave backend='auto' (OpenCV's "
+                "FFmpeg opens it) or write the pipeline yourself after 'gst:'",
+                source=value,
+            )
+        return Target(kind, "ffmpeg", str(value))
     needs_gst = kind in ("csi", "pipeline")
     if gstreamer is None and (needs_gst or want == "gstreamer"):
         gstreamer = opencv_has("gstreamer")
@@ -283,7 +305,8 @@ def build_target(
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
     if kind == "csi":
-        return Target(kind, "gstreamer", csi_pipeline(int(value)))
+        pipeline, yuv = csi_pipeline(int(value), output or Output())
+        return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "device":
         if want == "gstreamer":
             dev = value if isinstance(value, str) else f"/dev/video{value}"
@@ -301,6 +324,7 @@ def build_target(
     if kind == "rtsp":
         info = dataclasses.replace(info, container="rtp")
     pipeline, yuv = decode_pipeline(kind, location, decoder, transport=transport or "tcp",
+                                    recorded=kind == "http" and recorded_url(location),
                                     info=info, out=out, elements=elements)  # fmt: skip
     return Target(kind, "gstreamer", pipeline, rtsp_transport=transport, yuv=yuv,
                   codec=info.codec, container=info.container, pending=pending,

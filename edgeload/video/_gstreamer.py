@@ -12,9 +12,14 @@ neither can tell, the pipeline falls back to ``decodebin`` (the decoder chosen b
 ``Gst.ElementFactory.find``, or ``gst-inspect-1.0 --exists`` without python3-gi; never
 by plugin file names):
 
-- Jetson: ``nvv4l2decoder enable-max-performance=1`` for H.264/H.265 (NVIDIA's
-  Accelerated GStreamer guide, L4T r35/r36), then ``nvvidconv`` (the VIC) scales to
-  NV12 at the target size;
+- Jetson: ``nvv4l2decoder enable-max-performance=1`` for H.264/H.265, and MJPEG with
+  ``mjpeg=1`` after ``jpegparse`` (NVIDIA's Accelerated GStreamer guide, L4T r35/r36;
+  DeepStream's Gst-nvvideo4linux2 page); where a live ``fps`` limit wants every Nth
+  frame, ``drop-frame-interval=N`` so the rest never leave the decoder; then
+  ``nvvidconv`` (the VIC) scales to NV12 at the target size.  A CSI camera is
+  ``nvarguscamerasrc`` in NV12 at a sensor mode, scaled and flipped by ``nvvidconv``.
+  The properties set are checked against the boards' gst-inspect outputs
+  (tests/fixtures/gst-inspect/);
 - Raspberry Pi 4 (BCM2711 and older): ``v4l2h264dec`` for H.264;
 - Raspberry Pi 4/5 HEVC: the stateless ``v4l2slh265dec`` only after a start-up decode
   self-test passes (known failures: raspberrypi/linux#7363, #7536), else ``avdec_h265``;
@@ -49,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 LIVE_SINK = "appsink drop=true max-buffers=1 sync=false"
+JETSON_MAX_DROP_INTERVAL = 30  # nvv4l2decoder's drop-frame-interval range is 0-30
 FILE_SINK = "appsink max-buffers=2 sync=false"
 TO_BGR = "videoconvert ! video/x-raw,format=BGR"
 
@@ -102,6 +108,8 @@ class StreamInfo:
     height: int = 0
     found_by: str = ""
     """``discoverer`` (GstPbutils), ``ffmpeg`` (OpenCV's FFmpeg) or '' (nothing could tell)."""
+    fps: float = 0.0
+    """The stream's frame rate; 0: unknown."""
 
 
 @dataclass(frozen=True)
@@ -206,11 +214,13 @@ def discover(kind: str, location: str, *, timeout_s: float) -> StreamInfo:
         info = _discover_ffmpeg(location, timeout_s)
     if info is None:
         return StreamInfo(container=container)
-    codec, width, height, how = info
-    return StreamInfo(codec, container, width, height, how)
+    codec, width, height, how, fps = info
+    return StreamInfo(codec, container, width, height, how, fps)
 
 
-def _discover_gst(kind: str, location: str, timeout_s: float) -> tuple[str, int, int, str] | None:
+def _discover_gst(
+    kind: str, location: str, timeout_s: float
+) -> tuple[str, int, int, str, float] | None:
     gst = _gst()
     if gst is None:
         return None
@@ -224,11 +234,14 @@ def _discover_gst(kind: str, location: str, timeout_s: float) -> tuple[str, int,
     for stream in found.get_video_streams():
         caps = stream.get_caps()
         name = caps.get_structure(0).get_name() if caps and caps.get_size() else ""
-        return _CAPS_CODECS.get(name, name), stream.get_width(), stream.get_height(), "discoverer"
+        num, den = stream.get_framerate_num(), stream.get_framerate_denom()
+        fps = num / den if num > 0 and den > 0 else 0.0
+        codec = _CAPS_CODECS.get(name, name)
+        return codec, stream.get_width(), stream.get_height(), "discoverer", fps
     return None
 
 
-def _discover_ffmpeg(location: str, timeout_s: float) -> tuple[str, int, int, str] | None:
+def _discover_ffmpeg(location: str, timeout_s: float) -> tuple[str, int, int, str, float] | None:
     try:
         import cv2
     except ImportError:
@@ -246,16 +259,20 @@ def _discover_ffmpeg(location: str, timeout_s: float) -> tuple[str, int, int, st
         code = int(cap.get(cv2.CAP_PROP_FOURCC))
         fourcc = "".join(chr((code >> (8 * i)) & 0xFF) for i in range(4)).strip("\0 ").lower()
         size = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
     finally:
         cap.release()
-    return _FOURCC_CODECS.get(fourcc, fourcc), size[0], size[1], "ffmpeg"
+    return _FOURCC_CODECS.get(fourcc, fourcc), size[0], size[1], "ffmpeg", fps
 
 
 # -- the pipeline -----------------------------------------------------------------------
 
 
-def decode_chain(codec: str, board: str, elements: Elements, *, source: str) -> str:
+def decode_chain(codec: str, board: str, elements: Elements, *, source: str, drop: int = 0) -> str:
     """The decoder (with its parser) for ``codec`` on ``board``.
+
+    ``drop`` > 1 asks a Jetson's decoder to hand over only every ``drop``-th frame
+    (``drop-frame-interval``), so frames a live ``fps`` limit skips never leave it.
 
     Raises:
         SourceError: no decoder for ``codec`` here; names what to install.
@@ -271,8 +288,12 @@ def decode_chain(codec: str, board: str, elements: Elements, *, source: str) -> 
             source=source,
         )
     parse = f"{parts.parse} ! " if parts.parse and elements(parts.parse) else ""
-    if board == "jetson" and codec in ("h264", "h265") and elements("nvv4l2decoder"):
-        return f"{parse}nvv4l2decoder enable-max-performance=1"
+    if board == "jetson" and codec in ("h264", "h265", "mjpeg") and elements("nvv4l2decoder"):
+        # NVIDIA's decoder takes MJPEG with its JPEG block opened (mjpeg=1), after
+        # jpegparse (DeepStream's Gst-nvvideo4linux2 notes).
+        mjpeg = " mjpeg=1" if codec == "mjpeg" else ""
+        interval = f" drop-frame-interval={min(drop, JETSON_MAX_DROP_INTERVAL)}" if drop > 1 else ""
+        return f"{parse}nvv4l2decoder{mjpeg} enable-max-performance=1{interval}"
     if board == "rpi4" and codec == "h264" and elements("v4l2h264dec"):
         return f"{parse}v4l2h264dec"
     if (
@@ -353,6 +374,7 @@ def decode_pipeline(
     board: str,
     *,
     transport: str = "tcp",
+    recorded: bool = False,
     info: StreamInfo,
     out: Output,
     elements: Elements = has_element,
@@ -363,7 +385,8 @@ def decode_pipeline(
     Raises:
         SourceError: the codec has no decoder here.
     """
-    live = kind != "file"
+    # A recorded file over HTTP is read to its end, every frame: no live sink.
+    live = kind != "file" and not (kind == "http" and recorded)
     sink = LIVE_SINK if live else FILE_SINK
     if kind == "rtsp":
         # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.
@@ -371,26 +394,56 @@ def decode_pipeline(
         if info.codec:
             head += f" ! {CODECS[info.codec].depay}" if info.codec in CODECS else ""
     elif kind == "http":
-        head = f"souphttpsrc location={quote(location)} is-live=true"
+        head = f"souphttpsrc location={quote(location)}" + (" is-live=true" if live else "")
         info = StreamInfo()  # decodebin finds what it is
     else:
         head = f"filesrc location={quote(location)}"
         demux = DEMUXERS.get(info.container)
         head += f" ! {demux}" if demux else " ! parsebin"
+    drop = 0
+    if live and board == "jetson" and out.fps and info.fps > out.fps:
+        # Every drop-th frame still arrives at least at out.fps; videorate trims the rest.
+        drop = int(info.fps // out.fps)
     if info.codec:
-        chain = decode_chain(info.codec, board, elements, source=location)
+        chain = decode_chain(info.codec, board, elements, source=location, drop=drop)
     else:
         chain = "decodebin"  # nothing could tell the codec: the decoder chosen by rank
     tail, yuv = output_chain(board, out, info, live=live)
     return f"{head} ! {chain} ! {tail} ! {sink}", yuv
 
 
-def csi_pipeline(sensor: int) -> str:
-    """A Jetson CSI camera (``csi://N``) through Argus."""
+CSI_CAPTURE = (1920, 1080, 30)
+"""The sensor mode asked of a CSI camera: one the common Jetson sensors (IMX219,
+IMX477) have."""
+
+
+def csi_pipeline(
+    sensor: int,
+    out: Output,
+    *,
+    capture: tuple[int, int, int] = CSI_CAPTURE,
+    flip: int = 0,
+) -> tuple[str, str]:
+    """A Jetson CSI camera (``csi://N``) through Argus, scaled by the VIC to NV12 at
+    the loader's size (as jetson-utils' gstCamera does), and the YUV layout.
+
+    Args:
+        capture: the sensor mode ``(width, height, fps)`` Argus is asked for.
+        flip: ``nvvidconv flip-method`` (0 none ... 7; see its gst-inspect).
+    """
+    w, h, rate = capture
+    size = out.size
+    if size is not None and out.resize == "letterbox":
+        size = letterbox_box((w, h), size)
+    if size is not None and (size[0] % 2 or size[1] % 2):
+        size = None
+    dims = f",width={size[0]},height={size[1]}" if size else ""
+    limit = f"videorate drop-only=true max-rate={max(1, round(out.fps))} ! " if out.fps else ""
     return (
-        f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),framerate=30/1 ! "
-        f"nvvidconv ! video/x-raw,format=BGRx ! {TO_BGR} ! {LIVE_SINK}"
-    )
+        f"nvarguscamerasrc sensor-id={sensor} ! "
+        f"video/x-raw(memory:NVMM),width={w},height={h},framerate={rate}/1,format=NV12 ! "
+        f"{limit}nvvidconv flip-method={flip} ! video/x-raw,format=NV12{dims} ! {LIVE_SINK}"
+    ), "NV12"
 
 
 def device_pipeline(device: str) -> str:

@@ -457,7 +457,7 @@ class FrameLoop:
         self.last_frame_at: float | None = None
         self.streaming_since: float | None = None
         self.reconnect = threading.Event()  # the watchdog's lever
-        by_index = source.kind == "file" and not source.realtime
+        by_index = (source.kind == "file" and not source.realtime) or source.recorded
         self._limit = FpsLimit(source.fps, by_index=by_index) if source.fps else None
         self._clock = CaptureClock()
         self._buf: np.ndarray | None = None
@@ -484,7 +484,12 @@ class FrameLoop:
         self.last_frame_at, self.streaming_since = None, time.monotonic()
         streaming()
         interval = 1.0 / head.rate
-        edge = LiveEdge(interval, time.monotonic()) if src.kind != "file" else None
+        # A recorded file over HTTP arrives as fast as it downloads: no live edge.
+        edge = (
+            LiveEdge(interval, time.monotonic())
+            if src.kind != "file" and not src.recorded
+            else None
+        )
         convert_all = edge is None and self._limit is None and self._wants is None
         self._clock.reset()
         while not stop.is_set():
@@ -628,6 +633,8 @@ class Playhead:
         """The capture stopped giving frames: ``loop``, ``ended``, ``failed`` or ``lost``."""
         cv2 = require_cv2()
         src = self.source
+        if src.recorded:
+            return "ended"  # a recorded file over HTTP: its end, not a lost stream
         if src.kind != "file":
             self._report("the stream stopped delivering frames (closed or read timeout)")
             return "lost"

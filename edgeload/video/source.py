@@ -22,7 +22,7 @@ from typing import Literal, cast
 from .. import _args
 from ..errors import ArgumentError, SourceError, redact
 from ..vocabulary import DecodeBackendSetting
-from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
+from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify, recorded_url
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
@@ -155,7 +155,10 @@ class VideoSource:
         self.backend: DecodeBackendSetting = backend
         self.name: str = name or self.display
         self.rtsp_transport: RtspTransport | None = rtsp_transport
-        self.policy: Policy = policy or ("latest" if self.live else "every")
+        # An http(s) URL to a recorded file (.mp4, .ts, ...) is read to its end, every
+        # frame, like a file; it still opens over the network and retries.
+        self.recorded = kind == "http" and recorded_url(str(value))
+        self.policy: Policy = policy or ("latest" if self.live and not self.recorded else "every")
 
     @property
     def live(self) -> bool:

@@ -202,3 +202,39 @@ def test_boxes_map_back_to_the_camera_when_the_pipeline_scaled_the_picture(
     ys, xs = np.nonzero(frame[..., 0] > 128)
     found = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)
     assert np.abs(meta.to_source(found)[0] - np.array(square)).max() <= 6
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".ts"])
+def test_a_recorded_file_over_http_is_read_to_its_end_through_gstreamer(tmp_path_factory, suffix):
+    import shutil
+    import subprocess
+
+    import cv2
+    from _servers import file_server
+
+    directory = tmp_path_factory.mktemp("served")
+    source = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.5)
+    path = directory / f"clip{suffix}"
+    if suffix == ".mp4":
+        shutil.copy(source, path)
+    else:
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(source), "-c", "copy",
+                        "-f", "mpegts", str(path)], check=True, timeout=30)  # fmt: skip
+    with file_server(directory) as base:
+        src = VideoSource(f"{base}/clip{suffix}", backend="gstreamer")
+        with StreamLoader([src], size=(160, 120)) as loader:
+            frames = [b.frames[0].numpy().copy() for b in loader]
+            stats = loader.stats()["streams"][0]
+    assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
+    assert "is-live" not in stats["pipeline"] and "appsink max-buffers=2" in stats["pipeline"]
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    reference = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        reference.append(frame)
+    cap.release()
+    assert len(frames) == len(reference) == 45
+    for got, want in zip(frames, reference):
+        assert np.abs(got.astype(int) - want.astype(int)).mean() < 3
