@@ -512,10 +512,12 @@ class SlotPool:
         name: used in messages.
         shm_dir: the shared-memory directory (tests point it at a small tmpfs).
         reserve: slots that always stay out of the consumer's hands, for the producers
-            (1 .. count): a lease that would leave fewer grows the pool within
+            (0 .. count): a lease that would leave fewer grows the pool within
             ``max_bytes`` or is delivered as a copy. Set it to the number of slots the
             pipeline fills at once (open batches, in-flight tasks) when the consumer may
-            keep batches.
+            keep batches and producers wait for a slot; 0 when they never wait (they
+            take a slot with ``timeout_s=0`` and go without one when none is free, as
+            the DataLoader's tasks do): then every lease is a view.
         engine: the GPU engine of a GPU mode (default: CUDA through torch);
             ``edgeload.cuda.host_engine.HostEngine`` runs GPU modes on the CPU.
 
@@ -541,8 +543,8 @@ class SlotPool:
     ) -> None:
         if count < 1:
             raise ValueError(f"{name}: count must be >= 1, got {count}")
-        if not 1 <= reserve <= count:
-            raise ValueError(f"{name}: reserve must be between 1 and count={count}, got {reserve}")
+        if not 0 <= reserve <= count:
+            raise ValueError(f"{name}: reserve must be between 0 and count={count}, got {reserve}")
         self.name, self.reserve = name, reserve
         self._core = PoolCore(name)
         self._store = store = SlotStore(
