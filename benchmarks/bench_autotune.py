@@ -202,11 +202,11 @@ def tune(kind: str, budget: float, trial: float, clips: list[str], out: Path) ->
     from benchmarks.bench_autotune import JpegDataset, PythonDataset
 
     if kind == "dataset":
-        work: Any = edgeload.DatasetWorkload(JpegDataset(), batch_size=32, name="jpeg")
+        work: Any = edgeload.tuning.DatasetWorkload(JpegDataset(), batch_size=32, name="jpeg")
     elif kind == "dataset-py":
-        work = edgeload.DatasetWorkload(PythonDataset(), batch_size=32, name="python")
+        work = edgeload.tuning.DatasetWorkload(PythonDataset(), batch_size=32, name="python")
     else:
-        work = edgeload.VideoWorkload(clips, size=(160, 160), batch=4)
+        work = edgeload.tuning.VideoWorkload(clips, size=(160, 160), batch=4)
     result = edgeload.autotune(work, trial_seconds=trial, budget_seconds=budget)
     result.write(out)
     return result

@@ -11,7 +11,7 @@ Contenders, each in a fresh process with torch and cv2 imported, interleaved in 
 - ``edgeload-ffN``: the same with N FFmpeg threads per stream instead of the plan's
   (0: FFmpeg's own choice); a benchmark-only override, to measure the plan's choice.
   These files are small enough that each capture opens with one thread whenever N is
-  more than one (``SMALL_FILE_PIXELS`` in ``edgeload/video/capture.py``); the report's
+  more than one (``SMALL_FILE_PIXELS`` in ``edgeload/video/_capture.py``); the report's
   ``stream_ffmpeg_threads`` says what each stream ran.
 
 Per contender: frames/s and CPU ms per frame over ``--seconds`` after a 1 s warm-up.

@@ -20,8 +20,6 @@ from .errors import (
     ProfileError,
     SourceError,
     StateError,
-    WaitTimeout,
-    WorkerDied,
     WorkerError,
     WorkerTimeout,
 )
@@ -31,52 +29,26 @@ from .errors import (
 # (about half the package: ~2 MiB and ~100 ms of imports on x86, several times that on
 # a Pi).  Name -> the module that defines it.
 _LAZY = {
-    "DatasetWorkload": ".tuning.tune",
-    "TuneResult": ".tuning.tune",
-    "VideoWorkload": ".tuning.tune",
     "autotune": ".tuning.tune",
     "load_state": ".checkpoint",
     "save_state": ".checkpoint",
-    "CudaDevice": ".cuda.status",
-    "CudaStatus": ".cuda.status",
-    "check_memory_mode": ".cuda.status",
-    "cuda_device": ".cuda.status",
-    "cuda_status": ".cuda.status",
-    "DeviceCopier": ".cuda.transfer",
-    "as_cuda_tensor": ".cuda.memory",
     "DataLoader": ".dataset.loader",
     "get_worker_info": ".dataset.loader",
-    "Prefetcher": ".pipeline.prefetch",
-    "SlotPool": ".pipeline.slots",
-    "WorkerPool": ".pipeline.workers",
-    "Plan": ".platform.plan",
-    "Threads": ".platform.plan",
     "plan_for": ".platform.plan",
-    "Platform": ".platform.probe",
     "probe": ".platform.probe",
-    "Profile": ".platform.profile",
-    "load_profile": ".platform.profile",
     "Batch": ".video",
     "FrameMeta": ".video",
-    "SourceState": ".video",
     "StreamLoader": ".video",
     "VideoSource": ".video",
 }
 
 if _TYPE_CHECKING:
     from .checkpoint import load_state, save_state
-    from .cuda.memory import as_cuda_tensor
-    from .cuda.status import CudaDevice, CudaStatus, check_memory_mode, cuda_device, cuda_status
-    from .cuda.transfer import DeviceCopier
     from .dataset.loader import DataLoader, get_worker_info
-    from .pipeline.prefetch import Prefetcher
-    from .pipeline.slots import SlotPool
-    from .pipeline.workers import WorkerPool
-    from .platform.plan import Plan, Threads, plan_for
-    from .platform.probe import Platform, probe
-    from .platform.profile import Profile, load_profile
-    from .tuning.tune import DatasetWorkload, TuneResult, VideoWorkload, autotune
-    from .video import Batch, FrameMeta, SourceState, StreamLoader, VideoSource
+    from .platform.plan import plan_for
+    from .platform.probe import probe
+    from .tuning.tune import autotune
+    from .video import Batch, FrameMeta, StreamLoader, VideoSource
 
 
 # Modules reachable as attributes (`el.cuda.HostEngine`), as when the package loaded them
@@ -111,42 +83,21 @@ __all__ = [
     "ArgumentError",
     "Batch",
     "ClosedError",
-    "CudaDevice",
-    "CudaStatus",
     "DataLoader",
-    "DatasetWorkload",
-    "DeviceCopier",
     "EdgeloadError",
     "FrameMeta",
     "MissingDependency",
-    "Plan",
-    "Platform",
     "PlatformError",
-    "Prefetcher",
-    "Profile",
     "ProfileError",
-    "SlotPool",
     "SourceError",
-    "SourceState",
     "StateError",
     "StreamLoader",
-    "Threads",
-    "TuneResult",
     "VideoSource",
-    "VideoWorkload",
-    "WaitTimeout",
-    "WorkerDied",
     "WorkerError",
-    "WorkerPool",
     "WorkerTimeout",
     "__version__",
-    "as_cuda_tensor",
     "autotune",
-    "check_memory_mode",
-    "cuda_device",
-    "cuda_status",
     "get_worker_info",
-    "load_profile",
     "load_state",
     "plan_for",
     "probe",

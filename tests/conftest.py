@@ -105,7 +105,7 @@ def _cuda_missing() -> str | None:
 
 
 def _gstreamer_missing() -> str | None:
-    from edgeload.video.capture import opencv_has
+    from edgeload.video._capture import opencv_has
 
     if opencv_has("gstreamer"):
         return None

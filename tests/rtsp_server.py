@@ -25,12 +25,15 @@ gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 
 
-def annexb(mp4: Path, out_dir: Path) -> Path:
-    """Copy the H.264 track of ``mp4`` into a raw Annex B file, which loops cleanly."""
-    out = out_dir / (mp4.stem + ".h264")
+def annexb(mp4: Path, out_dir: Path, codec: str = "h264") -> Path:
+    """Copy the H.264 (or H.265) track of ``mp4`` into a raw Annex B file, which loops
+    cleanly."""
+    out = out_dir / (mp4.stem + "." + codec)
+    bsf = "h264_mp4toannexb" if codec == "h264" else "hevc_mp4toannexb"
+    fmt = "h264" if codec == "h264" else "hevc"
     subprocess.run(
         ["ffmpeg", "-loglevel", "error", "-y", "-i", str(mp4), "-c:v", "copy",
-         "-bsf:v", "h264_mp4toannexb", "-an", "-f", "h264", str(out)],
+         "-bsf:v", bsf, "-an", "-f", fmt, str(out)],
         check=True,
         timeout=60,
     )  # fmt: skip
@@ -43,14 +46,16 @@ def main() -> int:
     parser.add_argument("--file", type=Path, required=True, help="an H.264 MP4")
     parser.add_argument("--fps", type=int, default=30)
     parser.add_argument("--path", default="/stream")
+    parser.add_argument("--codec", choices=("h264", "h265"), default="h264")
     args = parser.parse_args()
     Gst.init(None)
     with tempfile.TemporaryDirectory(prefix="edgeload-rtsp-") as tmp:
-        raw = annexb(args.file, Path(tmp))
+        raw = annexb(args.file, Path(tmp), args.codec)
+        c = args.codec
         launch = (
             f'( multifilesrc location="{raw}" loop=true '
-            f'caps="video/x-h264,stream-format=byte-stream,framerate={args.fps}/1" ! '
-            "h264parse config-interval=-1 ! rtph264pay name=pay0 pt=96 config-interval=1 )"
+            f'caps="video/x-{c},stream-format=byte-stream,framerate={args.fps}/1" ! '
+            f"{c}parse config-interval=-1 ! rtp{c}pay name=pay0 pt=96 config-interval=1 )"
         )
         server = GstRtspServer.RTSPServer()
         server.set_address("127.0.0.1")

@@ -120,10 +120,10 @@ def test_import_does_not_pull_torch_or_cv2():
 
 def test_every_error_is_an_edgeload_error_and_the_builtin_its_callers_catch():
     """``except TimeoutError`` / ``except ValueError`` keep working around edgeload calls."""
-    assert issubclass(edgeload.WaitTimeout, TimeoutError)
+    assert issubclass(edgeload.errors.WaitTimeout, TimeoutError)
     assert issubclass(edgeload.WorkerTimeout, TimeoutError)
     assert issubclass(edgeload.WorkerTimeout, RuntimeError)  # what torch raises
-    assert issubclass(edgeload.WorkerDied, RuntimeError)
+    assert issubclass(edgeload.errors.WorkerDied, RuntimeError)
     assert issubclass(edgeload.ArgumentError, ValueError)
     assert issubclass(edgeload.ProfileError, ValueError)
     for name in edgeload.errors.__all__:

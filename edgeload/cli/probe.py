@@ -92,7 +92,7 @@ def fallbacks() -> list[tuple[str, str]]:
 
         found += thread_worker_fallbacks()
     if has_module("cv2"):
-        from ..video._cv_features import capture_fallbacks
+        from ..video._capture import capture_fallbacks
 
         found += capture_fallbacks()
     return found

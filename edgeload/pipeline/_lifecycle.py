@@ -199,7 +199,7 @@ class Wakeups:
     """Wake-ups for threads waiting on something that another thread, or a weakref
     callback, makes ready. ``post`` and ``wait`` are ``SimpleQueue`` calls, C code: a
     callback that is ``post`` runs no Python, and a ``wait`` holds no lock, so Ctrl-C
-    can be neither lost in the one nor leave a lock held in the other (issue #13).
+    can be neither lost in the one nor leave a lock held in the other.
     """
 
     def __init__(self) -> None:

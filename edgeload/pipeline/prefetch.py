@@ -15,7 +15,7 @@ its counters (puts, gets, drops, time spent waiting) and no locking of its own;
 public face. A producer waits for room on a ``Condition``; the consumer, often the main
 thread where Ctrl-C lands, takes the same lock with ``with`` (C code, unlike
 ``Condition.__enter__``) and waits for an item on :class:`~._lifecycle.Wakeups` holding
-no lock, so Ctrl-C can never leave the lock held (issue #13). The queue's lifecycle lives
+no lock, so Ctrl-C can never leave the lock held. The queue's lifecycle lives
 in the handoff too: close wakes every waiter, who then raises ClosedError.
 """
 

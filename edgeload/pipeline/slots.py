@@ -147,7 +147,7 @@ class PoolCore:
         # Reentrant: GC may free a leased GPU view, and so run its Releaser, while this
         # thread already holds it. A plain lock, not a Condition: the consumer's main
         # thread takes it, and Condition.__enter__/__exit__ are Python code where Ctrl-C
-        # could leave it held for good (issue #13). Producers wait on ``returned``.
+        # could leave it held for good. Producers wait on ``returned``.
         self.lock = threading.RLock()
         self.backings: list[Backing] = []
         self.arrays: list[np.ndarray] = []
@@ -296,7 +296,7 @@ def on_drop(core: PoolCore, index: int) -> Callable[[Any], object]:
     It runs in whichever thread drops the last reference, usually the consumer's main
     thread, and any Python code there is a point where Ctrl-C's KeyboardInterrupt can
     be raised; raised inside a weakref callback, it is printed as "Exception ignored"
-    and lost, and the program runs on (issue #13). So a host slot's callback is C code
+    and lost, and the program runs on. So a host slot's callback is C code
     only, ``SimpleQueue.put``: it wakes a waiting producer, and ``collect`` takes the
     slot back. A GPU slot is fenced on the dropping thread's stream, which needs Python.
     """

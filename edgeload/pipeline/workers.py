@@ -178,7 +178,7 @@ class ThreadExecutor:
     ) -> None:
         # SimpleQueue, not Queue: its put and get are C code, so a Ctrl-C in the
         # consumer cannot be raised inside Queue's Python lock handling and leave its
-        # mutex held, which hung the next put (issue #13).
+        # mutex held, which hung the next put.
         self.results: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in infos]
         self.stop = threading.Event()

@@ -211,19 +211,15 @@ MAX_FFMPEG_THREADS = 4
 # 30 fps).
 FILE_FFMPEG_THREADS = 2
 # ... while there are at most this many file streams per core.  Beyond it the streams'
-# own threads keep every core busy, and a second frame thread per stream costs CPU and
-# memory for no speed: 4 x 720p on 2 cores with one thread ran 0.97x the frames/s of two
-# (interval 0.93-1.04) at 0.93x the CPU per frame (0.89-0.97) and 24 MiB less PSS, over
-# 20 rounds; 640x360 at 4-32 streams, ~1.5 MiB and three OS threads less per stream
-# (docs/performance.md, "4 x 720p: one FFmpeg thread" and "Scale").
+# own threads keep every core busy, and a second frame thread per stream costs CPU, a
+# decoder context's memory and OS threads for no speed (measured: docs/performance.md,
+# "4 x 720p: one FFmpeg thread" and "Scale").
 FILE_STREAMS_PER_CORE = 1
 # ... or this many when every stream is a file read once to its end (no loop, no
 # realtime pace): such a job lasts as long as its costliest file, and once the cheaper
-# files end, a second frame thread lets the ones left use the cores they freed.  4 x
-# 720p clips of unequal cost on 2 cores, read to the end: two threads ran 0.96x the
-# ceiling's frames/s where one ran 0.90x, at 1.02x and 0.97x its CPU per frame (28
-# rounds; docs/performance.md, "Files read to the end, and the other targets").  A looping file has
-# no end, so there the rule above holds.
+# files end, a second frame thread lets the ones left use the cores they freed
+# (measured: docs/performance.md, "Files read to the end").  A looping file has no
+# end, so there the rule above holds.
 FINITE_FILE_STREAMS_PER_CORE = 2
 # A spawned/forkserver worker that imports torch costs about this much private memory.
 PROCESS_WORKER_BYTES = 200 << 20
@@ -459,12 +455,10 @@ def choose_decode_backend(
 
 
 # Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,
-# for thread workers too.  One per thread worker (2,000 JPEGs -> 224x224, 2 cores;
-# docs/performance.md, "Datasets: the bound of two bare threads, and slots refilled on
-# delivery") saves one or two batch slots (7-14 MiB of PSS) at 0.93-1.05x the speed
-# (median per round, three runs) with a consumer that takes no time; but a consumer
-# whose step stalls every 8th batch got 0.77-0.86x, and batches of 4 with uneven
-# samples 0.87-0.93x: two stays.
+# for thread workers too.  One would save a batch slot or two, but a consumer whose
+# step stalls now and then, or uneven samples, leave the workers idle with one task
+# each (measured: docs/performance.md, "Datasets: the bound of two bare threads, and
+# slots refilled on delivery").
 PREFETCH_PER_WORKER = 2
 
 

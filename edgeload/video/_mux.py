@@ -1,29 +1,67 @@
-"""The batching side of a StreamLoader: slot pools, the mux thread, the prefetch queue.
+"""The batching side of a StreamLoader: slot pools, the mux thread, the prefetch queue,
+and the consumer's cadence that times the ``latest`` streams.
 
-The :class:`~edgeload.video.assembler.Assembler` places the readers' frames into batch
+The :class:`~edgeload.video._assembler.Assembler` places the readers' frames into batch
 slots; its loop runs in the mux thread (``edgeload-video-mux``) and ships each batch
 into a bounded :class:`~edgeload.pipeline.prefetch.Prefetcher`, which the consumer's
 ``next()`` reads.  With every stream ``latest`` the queue holds one batch (a newer one
 replaces it).  Beside ``every`` streams, ``latest`` frames are copied into each batch
-as it is handed to the consumer (:class:`~edgeload.video._hand_over.HandOver`), so
-they never wait in the queue.  Either way :class:`~edgeload.video.demand.Demand`
-lets the ``latest`` readers skip frames no batch will ship.
+as it is handed to the consumer (:class:`HandOver`), so they never wait in the queue.
+Either way :class:`Demand` lets the ``latest`` readers skip frames no batch will ship.
+
+**When the consumer will next take a batch** (:class:`Demand`), so ``latest`` streams
+convert only what ships.  A live camera decodes every frame (H.264 needs each one for
+the next), but turning a decoded frame into pixels (``retrieve``: colour conversion
+and copy) and resizing it into a batch place is wasted on a frame a newer one replaces
+before the batch ships.  With a consumer slower than the cameras that is most frames:
+at 30 fps and 80 ms per batch, five of every seven.
+
+:class:`Demand` watches the consumer's cadence: when it last took a batch, and
+how long it usually takes before asking for the next.  A reader asks
+:meth:`Demand.wants` after each grab; the answer is yes when the consumer is
+waiting, or when no batch is waiting for it and its next request is due within
+about one frame interval (so the frame converted now, or its successor, is the one
+the consumer gets), or when the consumer is late for a batch that is waiting (so
+that batch is replaced by a fresher one rather than growing old).  Otherwise the
+frame is dropped unconverted and counted.
+
+The fields are plain floats and bools, written by the consumer thread and read by
+readers; a stale read only moves one frame's decision, so no lock is taken.
+
+Beside ``every`` streams a ``latest`` frame is copied into the batch as the consumer
+takes it (:class:`HandOver`), so the same cadence times its conversion, and nothing
+waits for the consumer there (``pending`` is 0).
+
+**The hand-over** (:class:`HandOver`): ``latest`` frames beside ``every`` streams are
+filled in as the batch is handed over.  In a loader that also has ``every`` streams, a
+batch is sealed once the ``every`` streams have filled it, and then waits in the
+prefetch queue (up to ``slot_count - 2`` batches, so their readers never idle).  A
+``latest`` frame placed when the batch is sealed waits there with it: with a 150 ms
+model it was 1.07 s old at the median (``docs/performance.md``).  So, while an ``every`` stream is active, a
+``latest`` stream's reader converts into a :class:`FreshFrame` of its own, timed by the
+consumer's cadence (:class:`Demand`), and the consumer's thread copies the newest one
+into the batch as it hands the batch over (:meth:`HandOver.fill`: one copy of a place,
+about 0.3 ms at 640x640).  The ``every`` streams leave those places empty
+(:class:`~edgeload.video._assembler.Placement`).  Once no ``every`` stream is active,
+``latest`` frames go into the batches directly, as in an all-``latest`` loader.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from ..errors import ClosedError, WorkerTimeout
 from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ..pipeline.prefetch import Prefetcher
-from ._batch_pools import BatchPools
-from ._frame_loop import Wants
-from ._hand_over import FreshFrame, HandOver
-from .assembler import MAX_OPEN, Assembler, Sealed
-from .demand import Demand
+from ._assembler import MAX_OPEN, Assembler, BatchPools, Placement, Sealed
+from ._reader import Wants
+from ._resize import FrameWriter
+from .source import FrameInfo
 
 
 def _give_back(sealed: Sealed) -> None:
@@ -180,3 +218,161 @@ class Mux:
             _give_back(sealed)
         self.prefetch.close()
         self.pools.close()
+
+
+class FreshFrame:
+    """One ``latest`` stream's newest converted frame, until it is handed over once.
+
+    Three buffers: the newest, the one the consumer may be copying, and the one the
+    reader writes next, so neither side waits for the other's copy.
+
+    Args:
+        shape: a batch place's array shape.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self._shape = shape
+        self._buffers: list[np.ndarray] = []  # made at the first frame
+        self._lock = threading.Lock()
+        self._newest: int | None = None
+        self._reading: int | None = None
+        self._info: FrameInfo | None = None  # None: nothing new since the last hand-over
+        self.handed = 0  # hand-overs so far: with a fixed batch the fewest go first
+
+    def write(self, frame: np.ndarray, info: FrameInfo, writer: FrameWriter) -> None:
+        """The reader's side: convert ``frame`` into a free buffer, then make it the newest."""
+        with self._lock:
+            if not self._buffers:
+                self._buffers = [np.empty(self._shape, np.uint8) for _ in range(3)]
+            index = next(i for i in range(3) if i not in (self._newest, self._reading))
+        writer.write(frame, self._buffers[index])
+        with self._lock:
+            self._newest, self._info = index, info
+
+    def hand_into(self, place: np.ndarray) -> FrameInfo | None:
+        """The consumer's side: copy the newest frame into ``place`` and return its info;
+        None (``place`` untouched) when no frame came since the last hand-over."""
+        with self._lock:
+            info, index = self._info, self._newest
+            if info is None or index is None:
+                return None
+            self._info, self._reading = None, index
+        try:
+            np.copyto(place, self._buffers[index])
+        finally:
+            with self._lock:
+                self._reading = None
+        self.handed += 1
+        return info
+
+
+class HandOver:
+    """A mixed loader's ``latest`` streams and their fresh frames.
+
+    Args:
+        rules: the assembler's placement rules (which places the ``every`` streams
+            leave free).
+    """
+
+    def __init__(self, rules: Placement) -> None:
+        self._rules = rules
+        self._fresh: dict[int, FreshFrame] = {}
+        self._lock = threading.Lock()  # readers register while the consumer fills
+
+    def register(self, stream_id: int, shape: tuple[int, ...]) -> FreshFrame:
+        """The fresh frame of ``latest`` stream ``stream_id`` (made on its first reader)."""
+        with self._lock:
+            fresh = self._fresh.get(stream_id)
+            if fresh is None:
+                fresh = self._fresh[stream_id] = FreshFrame(shape)
+            return fresh
+
+    def fill(self, sealed: Sealed, known: Callable[[int], bool]) -> None:
+        """Copy each ``latest`` stream's newest frame into a free place of ``sealed``,
+        the batch the consumer takes now (in its thread): its own place, or with a
+        fixed batch size the next free one, the streams handed over least first.
+        ``known`` says whether a stream is still in the loader (removed ones go)."""
+        if not self._fresh:
+            return  # no ``latest`` stream has registered: nothing to fill, every batch
+        with self._lock:
+            for sid in [s for s in self._fresh if not known(s)]:
+                del self._fresh[sid]
+            streams = sorted(self._fresh.items(), key=lambda item: item[1].handed)
+        free = [int(p) for p in np.flatnonzero(sealed.stream_id < 0)]
+        for sid, fresh in streams:
+            if self._rules.fixed is None:
+                place = self._rules.places.get(sid, -1)
+                if place not in free:
+                    continue
+            elif free:
+                place = free[0]
+            else:
+                break
+            info = fresh.hand_into(sealed.slot.array[place])
+            if info is None:
+                continue
+            free.remove(place)
+            sealed.valid[place] = True
+            sealed.stream_id[place] = sid
+            sealed.seq[place] = info.seq
+            sealed.pts_ms[place] = info.pts_ms
+            sealed.captured_at[place] = info.captured_at
+
+
+_SMOOTHING = 0.3  # weight of the newest consumer interval in the running estimate
+# Converting, resizing and shipping a frame takes a few ms, more on a loaded box: a
+# batch started this much earlier is complete when the consumer asks.
+_MARGIN_S = 0.015
+
+
+class Demand:
+    """The consumer's cadence, as the loader's ``__next__`` reports it.
+
+    Args:
+        pending: returns how many shipped batches are waiting for the consumer.
+    """
+
+    def __init__(self, pending: Callable[[], int]) -> None:
+        self._pending = pending
+        self.waiting = False
+        self.taken_at: float | None = None
+        self.consumer_s: float | None = None
+        """Running estimate of the consumer's time between batches (its model)."""
+
+    def asked(self, now: float | None = None) -> None:
+        """The consumer asked for the next batch."""
+        now = time.monotonic() if now is None else now
+        if self.taken_at is not None:
+            took = now - self.taken_at
+            prev = self.consumer_s
+            self.consumer_s = took if prev is None else prev + _SMOOTHING * (took - prev)
+        self.waiting = True
+
+    def taken(self, now: float | None = None) -> None:
+        """The consumer got a batch and went back to its model."""
+        self.waiting = False
+        self.taken_at = time.monotonic() if now is None else now
+
+    def due_at(self) -> float | None:
+        """When the consumer is expected to ask next; None before it has a cadence."""
+        if self.taken_at is None or self.consumer_s is None:
+            return None
+        return self.taken_at + self.consumer_s
+
+    def wants(self, now: float, interval_s: float) -> bool:
+        """Whether a frame grabbed at ``now`` should be converted for the next batch.
+
+        Args:
+            now: when the frame was grabbed (``time.monotonic()``).
+            interval_s: the stream's frame interval: its next frame comes about then.
+        """
+        if self.waiting:
+            return True
+        due = self.due_at()
+        if due is None:
+            return True
+        if self._pending() > 0:
+            # A batch waits for the consumer: a frame now could only replace it, which
+            # is worth it only once the consumer is late and that batch grows stale.
+            return now >= due
+        return now >= due - interval_s - _MARGIN_S

@@ -18,7 +18,7 @@ class FrameMeta:
     captured_at: float
     """``time.monotonic()`` of its capture, as the stream's ``age_from`` in
     ``stats()`` says: ``pts`` (its timestamps), ``schedule`` (realtime replay) or
-    ``grab`` (when edgeload grabbed it); see :mod:`edgeload.video.clock`."""
+    ``grab`` (when edgeload grabbed it); see :mod:`edgeload.video._reader`."""
     age_ms: float
     """Milliseconds from ``captured_at`` to delivery to the consumer."""
     dropped: int

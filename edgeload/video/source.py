@@ -2,7 +2,7 @@
 
 A :class:`VideoSource` is checked when it is made (a missing file, an unknown scheme
 or a malformed pipeline is a :class:`~edgeload.errors.SourceError` right away) and
-read later by a stream thread (``edgeload.video.reader``) that walks the states::
+read later by a stream thread (``edgeload.video._reader``) that walks the states::
 
     connecting -> streaming -> reconnecting -> streaming ...
                            \\-> ended (file end)   \\-> failed (no more retries, bad file)
@@ -21,7 +21,7 @@ from typing import Literal
 
 from ..errors import SourceError
 from ..vocabulary import DecodeBackendSetting
-from .capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
+from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
@@ -55,7 +55,7 @@ class FrameInfo:
     """Presentation time reported by the decoder, milliseconds."""
     captured_at: float
     """``time.monotonic()`` of the frame's capture, counted as the stream's
-    ``age_from`` says (:mod:`edgeload.video.clock`): from its timestamps, its
+    ``age_from`` says (:mod:`edgeload.video._reader`): from its timestamps, its
     replay schedule, or when it was grabbed."""
 
 
@@ -64,7 +64,11 @@ class VideoSource:
 
     Args:
         uri: a file path, ``rtsp://`` or ``http(s)://`` URL, camera index, ``/dev/videoN``,
-            ``csi://N`` (Jetson camera) or a GStreamer pipeline ending in an appsink.
+            ``csi://N`` (Jetson camera), or a GStreamer pipeline ending in an appsink
+            written after a ``gst:`` prefix (``"gst:videotestsrc ! ... ! appsink"``).
+            Only that prefix makes a pipeline: every other string is a path or URL,
+            whatever characters it holds, and edgeload quotes it where it goes into a
+            pipeline of its own.
         loop: files only: start again at the end instead of ending.
         realtime: files only: replay paced at the file's frame rate, like a camera
             (frames the reader falls behind on are skipped and counted as drops).

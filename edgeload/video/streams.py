@@ -5,26 +5,74 @@ buffer and writes the resized frame straight into its place in a batch slot; the
 thread (``edgeload-video-mux``) ships batches to a bounded prefetcher when full or at
 the deadline; the consumer gets a :class:`Batch` whose ``frames`` tensor is a view of
 the slot (zero copies), and the slot is reused only once that tensor is gone.
+
+**What a loader is made of**, built once in its constructor from the checked settings
+(:class:`StreamSettings`): the device and its plan (:func:`plan_streams`), each
+stream's target (:func:`target_for`), the slot memory mode (:func:`memory_mode_for`),
+the batching side (:class:`~edgeload.video._mux.Mux`), the readers' factory
+(:func:`reader_for`) and the consumer's :class:`Delivery`.  The loader keeps the
+lifecycle (unopened, open, closed), starts the readers (local sources first) and the
+mux thread, and stops them in the reverse order.
+
+**The streams of one loader** (:class:`StreamTable`), by id: added and removed while
+the readers run.  The consumer's thread adds and removes entries; the mux thread and
+the readers' sinks read them.  One lock guards the table itself; an entry's counters
+are written by one thread each (the consumer's: ``last_seq``, ``delivered``,
+``drops``).
+
+**From a stream's decoded frames to the consumer's** :class:`Batch`: the per-stream
+glue.  :func:`reader_for` makes a stream's reader, with the sink (:func:`make_sink`)
+that joins it to the assembler.  On the consumer's side, :class:`Delivery` waits for
+the next shipped slot, reports the streams that ended with an error
+(:func:`raise_failures`) and turns the slot into a :class:`Batch`
+(:func:`build_batch`), counted in the loader's
+:class:`~edgeload.video._stats.Telemetry`.
+
+**What a loader saves for resume**, and its restore.  ``state_dict()`` is each file
+stream's next frame index (after the last frame the consumer received; prefetched
+batches are not state), as plain ints and strings.  A fresh loader with the same file
+sources continues there: its readers seek, or read and discard where seeking is
+inexact.  Live streams have nothing to resume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
+import os
+import threading
+import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
 
-from ..errors import ClosedError
-from ..pipeline._lifecycle import Lifecycle, weak_call
+import numpy as np
+
+from .._compat import zip_strict
+from .._deps import require_cv2, require_torch
+from ..checkpoint import KEY_VERSION, check_version
+from ..errors import ClosedError, SourceError
+from ..pipeline._lifecycle import Lifecycle, join_threads, weak_call
+from ..pipeline.prefetch import END
 from ..platform.profile import Profile
-from ._parts import LoaderParts, SourceLike, target_for
-from ._resume import load_loader_state, loader_state
-from ._settings import StreamSettings
-from .batch import Batch
-from .resize import Color, Layout, ResizeMode
-from .source import Policy
+from ._assembler import Assembler, Sealed
+from ._capture import Target, build_target
+from ._gstreamer import Output, hardware_decoder
+from ._mux import FreshFrame, Mux
+from ._reader import Sink, StreamReader, Wants, watchdog
+from ._resize import Color, FrameWriter, Layout, ResizeMode
+from ._stats import Telemetry, loader_stats
+from .batch import Batch, FrameMeta
+from .source import FrameInfo, Policy, VideoSource, as_source
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]
 
+# evaluated at import: typing.Union and a string for os.PathLike keep it valid on Python 3.8
+SourceLike = Union[VideoSource, str, int, "os.PathLike[str]"]
+
 _JOIN_TIMEOUT_S = 10.0
+_log = logging.getLogger("edgeload")
 
 
 class StreamLoader:
@@ -78,18 +126,58 @@ class StreamLoader:
     ) -> None:
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
         self.size = opts.size
-        self._parts = parts = LoaderParts(
-            sources, opts, memory_mode=memory_mode, device=device, engine=engine,
-            profile=profile, deadline_ms=deadline_ms, running=weak_call(self._running, bool),
+        self._resize = opts.resize
+        # Whether the loader is open; the threads hold only this (a weak call), never
+        # the loader, so one dropped without ``close()`` is collected.
+        running = weak_call(self._running, bool)
+        copier = device_copier(device, engine)  # raises for a missing device
+        self._table = table = StreamTable(opts.writer, opts.policy)
+        for src in sources:
+            table.add(src)
+        streams = table.entries()
+        if not streams:
+            raise ValueError("StreamLoader: no sources given; pass at least one")
+        live = any(s.source.policy == "latest" for s in streams)
+        # Files read once, as fast as they decode: the job ends with its costliest file.
+        finite = all(
+            s.source.kind == "file" and not (s.source.loop or s.source.realtime) for s in streams
+        )
+        self.platform, self.plan = plan_streams(len(streams), frame=opts.size, batch=opts.batch,
+                                                live=live, finite=finite, profile=profile)  # fmt: skip
+        for stream in streams:
+            stream.target = self._target(stream.source)
+        self._memory = memory_mode_for(memory_mode, device, self.plan, engine)
+        self.deadline_ms = deadline_ms if deadline_ms is not None else (100.0 if live else 2000.0)
+        self._mux = mux = Mux(
+            slot_shape=opts.slot_shape, batch=opts.batch, deadline_s=self.deadline_ms / 1000,
+            all_latest=all(s.source.policy == "latest" for s in streams),
+            slot_count=self.plan.slot_count, memory_mode=self._memory[0], engine=engine,
+            active=table.active, tick=lambda: watchdog(table.entries()),
         )  # fmt: skip
-        self.platform, self.plan, self.deadline_ms = parts.platform, parts.plan, parts.deadline_ms
+        table.keep_placed(mux.assembler.set_streams)
+        self._new_reader = functools.partial(
+            reader_for, asm=mux.assembler, running=running,
+            ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
+            fresh_for=mux.fresh_for,
+        )  # fmt: skip
+        self._delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
+                                  timeout_s=opts.timeout_s)  # fmt: skip
         self._lifecycle = Lifecycle.UNOPENED
 
     def _running(self) -> bool:
         return self._lifecycle is Lifecycle.OPEN
 
+    def _target(self, source: VideoSource) -> Target:
+        """What this loader opens for ``source``."""
+        return target_for(source, platform=self.platform, plan=self.plan, size=self.size,
+                          resize=self._resize)  # fmt: skip
+
     def start(self) -> StreamLoader:
         """Start the reader and mux threads (iterating starts them too); returns self.
+
+        The readers start first (local sources before network ones), then the mux
+        thread, in the plan's thread budget (``cv2.setNumThreads``; FFmpeg threads
+        per stream).
 
         Raises:
             ClosedError: after ``close()``.
@@ -98,7 +186,10 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.OPEN:
             return self
         self._lifecycle = Lifecycle.OPEN
-        self._parts.start()
+        require_torch()  # imported now, not while the first batches wait
+        require_cv2().setNumThreads(self.plan.threads.cv2)
+        self._table.start_all(self._new_reader)
+        self._mux.start()
         return self
 
     def __enter__(self) -> StreamLoader:
@@ -113,7 +204,7 @@ class StreamLoader:
 
     def __next__(self) -> Batch:
         self.start()
-        return self._parts.delivery.next_batch()
+        return self._delivery.next_batch()
 
     def add(self, source: SourceLike) -> int:
         """Add a source while running; returns its stream id.
@@ -122,7 +213,10 @@ class StreamLoader:
             SourceError: the source cannot be used. ClosedError: after ``close()``.
         """
         self._check_open("add()")
-        return self._parts.add(source, start=self._lifecycle is Lifecycle.OPEN)
+        stream = self._table.add(source, self._target)
+        if self._lifecycle is Lifecycle.OPEN:  # its reader starts now
+            self._table.start(stream, self._new_reader, [])
+        return stream.sid
 
     def remove(self, stream_id: int) -> None:
         """Stop and forget stream ``stream_id``.
@@ -131,16 +225,18 @@ class StreamLoader:
             KeyError: no such stream. ClosedError: after ``close()``.
         """
         self._check_open("remove()")
-        self._parts.table.remove(stream_id, timeout_s=_JOIN_TIMEOUT_S)
+        self._table.remove(stream_id, timeout_s=_JOIN_TIMEOUT_S)
 
     def stats(self) -> dict[str, Any]:
         """Per stream: state, fps, drops, reconnects, last error; loader: batch rate,
         queue depth, frame age p50/p99, bytes held."""
-        return self._parts.stats()
+        return loader_stats(self._table.entries(), self._delivery.telemetry, self._mux,
+                            deadline_ms=self.deadline_ms, memory=self._memory,
+                            plan=self.plan)  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """Each file stream's next frame index (what the consumer received), plain data."""
-        return loader_state(self._parts.table.entries())
+        return loader_state(self._table.entries())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue each file stream after the last frame the consumer received.
@@ -150,7 +246,7 @@ class StreamLoader:
                 iteration started (resume is for a fresh loader).
         """
         started = self._lifecycle is Lifecycle.OPEN
-        load_loader_state(self._parts.table.entries(), state, started=started)
+        load_loader_state(self._table.entries(), state, started=started)
 
     def _check_open(self, what: str) -> None:
         if self._lifecycle is Lifecycle.CLOSED:
@@ -161,8 +257,487 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        self._parts.stop(timeout_s=_JOIN_TIMEOUT_S)
+        # The mux and the readers stop, are joined (the timeout is for the lot), then
+        # the queue and the slot pools are given back.
+        self._mux.stop()
+        threads = self._table.stop_readers() + self._mux.threads()
+        join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
+        self._mux.release()
 
     def __del__(self) -> None:
         if getattr(self, "_lifecycle", Lifecycle.CLOSED) is not Lifecycle.CLOSED:
             self.close()
+
+
+def target_for(
+    source: SourceLike,
+    *,
+    platform: Any = None,
+    plan: Any = None,
+    size: tuple[int, int] | None = None,
+    resize: ResizeMode = "stretch",
+) -> Target:
+    """What a loader on this device would open for ``source``: backend and exact string.
+
+    ``edgeload probe`` can show it; ``StreamLoader.stats()`` shows the same per stream.
+
+    Args:
+        source: as for :class:`StreamLoader`.
+        platform: the device (default: :func:`edgeload.platform.probe.probe`).
+        plan: the loader's plan (default: a plan for one stream on ``platform``).
+        size, resize: the loader's output, which a GStreamer pipeline scales to
+            (None: the stream's own size).
+
+    Raises:
+        SourceError: the source cannot be used here.
+    """
+    from ..platform.plan import plan_for
+    from ..platform.probe import probe
+
+    src = as_source(source)
+    platform = probe() if platform is None else platform
+    plan = plan_for(streams=1, platform=platform) if plan is None else plan
+    return build_target(src.kind, src.value, backend=src.backend,
+                        preferred=plan.decode_backend, decoder=hardware_decoder(platform),
+                        rtsp_transport=src.rtsp_transport,
+                        output=Output(size=size, resize=resize, fps=src.fps))  # fmt: skip
+
+
+OnError = Literal["continue", "raise"]
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """What the loader's arguments ask for; made in its constructor, never changed.
+
+    Raises:
+        ValueError: an option is out of range (named, with the allowed values).
+    """
+
+    size: tuple[int, int]
+    """Output ``(width, height)`` of every frame, pixels."""
+    layout: Layout
+    color: Color
+    resize: ResizeMode
+    policy: Policy | None
+    """For every source; None: each source's own."""
+    on_error: OnError
+    timeout_s: float
+    """Most seconds to wait for a batch."""
+    batch: int | None
+    """Places per batch; None: one per stream."""
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("layout", self.layout, ("NHWC", "NCHW")),
+            ("color", self.color, ("bgr", "rgb")),
+            ("resize", self.resize, ("stretch", "letterbox")),
+            ("on_error", self.on_error, ("continue", "raise")),
+            ("policy", self.policy, ("latest", "every", None)),
+        ):
+            if value not in allowed:
+                raise ValueError(f"StreamLoader: {name} must be one of {allowed}, got {value!r}")
+        size = self.size
+        if len(size) != 2 or min(size) < 1:
+            raise ValueError(f"StreamLoader: size must be (width, height) > 0, got {size}")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"StreamLoader: batch must be >= 1 or None, got {self.batch}")
+        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+
+    def writer(self) -> FrameWriter:
+        """A fresh frame writer for one stream."""
+        return FrameWriter(size=self.size, layout=self.layout, color=self.color,
+                           resize=self.resize)  # fmt: skip
+
+    def slot_shape(self, places: int) -> tuple[int, int, int, int]:
+        """The array shape of a batch slot with ``places`` frames."""
+        w, h = self.size
+        return (places, h, w, 3) if self.layout == "NHWC" else (places, 3, h, w)
+
+
+def plan_streams(
+    streams: int,
+    *,
+    frame: tuple[int, int],
+    batch: int | None,
+    live: bool,
+    finite: bool,
+    profile: Any,
+) -> tuple[Any, Any]:
+    """This device (probed) and the plan for a loader of ``streams`` streams on it
+    (``live`` and ``finite``: as :func:`~edgeload.platform.plan.plan_for` takes them)."""
+    from ..platform.plan import plan_for
+    from ..platform.probe import probe
+
+    platform = probe()
+    plan = plan_for(streams=streams, frame=frame, batch=batch, live=live, finite=finite,
+                    platform=platform, profile=profile)  # fmt: skip
+    return platform, plan
+
+
+def memory_mode_for(memory_mode: str, device: Any, plan: Any, engine: Any) -> tuple[str, str]:
+    """The slot memory mode and the reason for it; an explicit GPU mode is checked here,
+    in the constructor, not later in the mux thread.
+
+    Raises:
+        ProfileError: not a memory mode. PlatformError: the mode needs what this
+            machine lacks; the message names the mode that would work.
+    """
+    from ..cuda.slot_mode import slot_memory_mode
+
+    return slot_memory_mode(
+        memory_mode,
+        plan.memory_mode,
+        plan.reasons["memory_mode"],
+        engine=engine,
+        to_device=device is not None,
+    )
+
+
+# A reader for this entry, gated on these events; started by the table.
+MakeReader = Callable[["StreamEntry", "list[threading.Event]"], StreamReader]
+
+
+class StreamEntry:
+    """One stream of a loader and what its consumer has received from it."""
+
+    def __init__(self, sid: int, source: VideoSource, writer: FrameWriter) -> None:
+        self.sid, self.source, self.writer = sid, source, writer
+        self.reader: StreamReader | None = None
+        self.target: Any = None
+        self.last_seq = -1  # the last seq the consumer received (resume starts after it)
+        self.delivered = 0
+        self.drops = 0
+        self.error_reported = False
+
+
+class StreamTable:
+    """A loader's :class:`StreamEntry` rows by id, and their readers' start and stop.
+
+    Args:
+        make_writer: a fresh frame writer for each new stream.
+        policy: set on every source added; None leaves each source's own.
+    """
+
+    def __init__(self, make_writer: Callable[[], FrameWriter], policy: Policy | None) -> None:
+        self._make_writer, self._policy = make_writer, policy
+        self._streams: dict[int, StreamEntry] = {}
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._places: Callable[[list[int]], None] = lambda ids: None
+
+    def keep_placed(self, places: Callable[[list[int]], None]) -> None:
+        """Give ``places`` (the assembler's) the stream ids now and after each change."""
+        self._places = places
+        places(self.ids())
+
+    def add(
+        self, source: Any, target: Callable[[VideoSource], Target] | None = None
+    ) -> StreamEntry:
+        """Add ``source`` (anything :func:`~edgeload.video.source.as_source` takes).
+
+        With ``target``, the stream's target is found first, so a source that cannot be
+        opened here never enters the table.
+
+        Raises:
+            SourceError: the source cannot be used.
+        """
+        src = as_source(source)
+        if self._policy is not None:
+            src.policy = self._policy
+        aimed = None if target is None else target(src)
+        with self._lock:
+            sid, self._next_id = self._next_id, self._next_id + 1
+            stream = self._streams[sid] = StreamEntry(sid, src, self._make_writer())
+            stream.target = aimed
+        self._places(self.ids())
+        return stream
+
+    def remove(self, sid: int, *, timeout_s: float) -> None:
+        """Take stream ``sid`` out of the table, then stop its reader.
+
+        Raises:
+            KeyError: no such stream.
+        """
+        with self._lock:
+            stream = self._streams.pop(sid)
+        self._places(self.ids())
+        if stream.reader is not None:
+            stream.reader.stop()
+            if not stream.reader.join(timeout_s):
+                _log.warning("edgeload: stream %d reader did not stop in time", sid)
+
+    def get(self, sid: int) -> StreamEntry | None:
+        """Stream ``sid``, or None when it was removed."""
+        with self._lock:
+            return self._streams.get(sid)
+
+    def snapshot(self) -> dict[int, StreamEntry]:
+        """The streams now, by id (a copy)."""
+        with self._lock:
+            return dict(self._streams)
+
+    def entries(self) -> list[StreamEntry]:
+        """The streams now, in id order."""
+        with self._lock:
+            return list(self._streams.values())
+
+    def ids(self) -> list[int]:
+        """The stream ids now, in order (a batch's places follow it)."""
+        with self._lock:
+            return list(self._streams)
+
+    def active(self) -> list[int]:
+        """The ids of the streams not known to be done (not started counts as active)."""
+        return [
+            s.sid for s in self.entries() if s.reader is None or not s.reader.connection.phase.done
+        ]
+
+    def phases(self) -> dict[str, str]:
+        """Each stream's connection phase by name (``pending`` before its reader starts)."""
+        return {s.source.name: s.reader.connection.phase.value if s.reader else "pending"
+                for s in self.entries()}  # fmt: skip
+
+    def start(
+        self, stream: StreamEntry, make_reader: MakeReader, gate: list[threading.Event]
+    ) -> None:
+        """Make and start ``stream``'s reader."""
+        stream.reader = make_reader(stream, gate)
+        stream.reader.start()
+
+    def start_all(self, make_reader: MakeReader) -> None:
+        """Start every stream's reader: local inputs first, as a network open holds
+        OpenCV's global FFmpeg lock; network ones wait for the local ones to open."""
+        streams = self.entries()
+        local = [s for s in streams if not s.source.network]
+        for stream in local + [s for s in streams if s.source.network]:
+            gate = [s.reader.connection.opened for s in local if s.reader]
+            self.start(stream, make_reader, gate)
+
+    def stop_readers(self) -> list[threading.Thread]:
+        """Ask every reader to stop; return their threads, to join."""
+        readers = [s.reader for s in self.entries() if s.reader is not None]
+        for reader in readers:
+            reader.stop()
+        return [r.thread for r in readers]
+
+
+def make_sink(
+    asm: Assembler, stream: StreamEntry, running: Callable[[], bool], fresh: FreshFrame | None
+) -> Sink:
+    """The reader's sink: claim a place, resize the frame into it, commit it
+    (:meth:`~edgeload.video._assembler.Assembler.deliver`); or, for a ``latest`` stream
+    beside active ``every`` ones, resize it into ``fresh``."""
+    writer, latest = stream.writer, stream.source.policy == "latest"
+    # A partial of the assembler's method: no Python frame of its own per frame.
+    deliver = functools.partial(asm.deliver, stream.sid, latest, writer, running)
+    if fresh is None:
+        return deliver
+
+    def sink(frame: np.ndarray, seq: int, pts_ms: float, captured_at: float) -> bool:
+        if asm.rules.handing_over():
+            fresh.write(frame, FrameInfo(seq, pts_ms, captured_at), writer)
+            return True
+        return deliver(frame, seq, pts_ms, captured_at)
+
+    return sink
+
+
+def reader_for(
+    stream: StreamEntry,
+    gate: list[threading.Event],
+    *,
+    asm: Assembler,
+    running: Callable[[], bool],
+    ffmpeg_threads: int,
+    wants_for: Callable[[int, bool], Wants | None],
+    fresh_for: Callable[[int, bool], FreshFrame | None],
+) -> StreamReader:
+    """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
+    frame the consumer received, and only a network source waits for ``gate``."""
+    src = stream.source
+    latest = src.policy == "latest"
+    stream.writer.yuv = stream.target.yuv  # a GStreamer pipeline may hand over YUV
+    return StreamReader(
+        src, stream.target,
+        stream_id=stream.sid, sink=make_sink(asm, stream, running, fresh_for(stream.sid, latest)),
+        ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
+        gate=gate if src.network else None,
+        wants=wants_for(stream.sid, latest),
+    )  # fmt: skip
+
+
+class Delivery:
+    """The consumer's side of a loader: the next batch, failed streams, the telemetry.
+
+    Args:
+        table: the loader's streams. mux: where shipped batches come from.
+        copier: brings batches to the device (None: they stay on the CPU).
+        raise_errors: a failed stream raises SourceError (else it is logged).
+        timeout_s: most seconds to wait for a batch.
+    """
+
+    def __init__(
+        self, table: StreamTable, mux: Mux, *, copier: Any, raise_errors: bool, timeout_s: float
+    ) -> None:
+        self._table, self._mux, self._copier = table, mux, copier
+        self._raise_errors, self._timeout_s = raise_errors, timeout_s
+        self.telemetry = Telemetry()
+
+    def next_batch(self) -> Batch:
+        """The next batch for the consumer.
+
+        Raises:
+            StopIteration: every stream is done, or the loader closed.
+            SourceError: a stream failed and ``raise_errors`` is set.
+            WorkerTimeout: no batch within ``timeout_s``.
+        """
+        self._mux.asked()
+        item = self._mux.next_sealed(self._timeout_s, check=self.raise_failures,
+                                     phases=self._table.phases)  # fmt: skip
+        if item is None:
+            raise StopIteration
+        if item is END:
+            self.raise_failures()
+            raise StopIteration
+        try:
+            self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
+            # One copy of the table a batch (its dict's own get per place): not a
+            # locked lookup per frame.
+            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier)
+        except BaseException:
+            # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
+            # queued, so it goes back to its pool here; lost, each would cost a slot.
+            # Once leased, the batch's views give it back and release() says so.
+            with contextlib.suppress(ValueError):
+                item.pool.release(item.slot)
+            raise
+
+    def raise_failures(self) -> None:
+        """Report each stream that ended with an error, once."""
+        raise_failures(self._table.entries(), raise_=self._raise_errors)
+
+
+def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
+    """Report each stream that ended with an error once: raise SourceError, or log it."""
+    for stream in streams:
+        conn = None if stream.reader is None else stream.reader.connection
+        if conn is None or not conn.phase.done or conn.last_error is None:
+            continue
+        if stream.error_reported:
+            continue
+        stream.error_reported = True
+        message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error.message}"
+        if raise_:
+            raise SourceError(message, source=stream.source.uri) from conn.last_error.exc
+        _log.warning("edgeload: %s", message)
+
+
+def device_copier(device: Any, engine: Any) -> Any:
+    """The copier that brings batches to ``device`` (None keeps them on the CPU).
+
+    Made in the loader's constructor, so a device that does not exist is an error
+    before any thread starts.
+
+    Raises:
+        PlatformError: no usable CUDA, or no such device (the message lists those there are).
+    """
+    if device is None or str(device) == "cpu":
+        return None
+    from ..cuda.transfer import DeviceCopier
+
+    return DeviceCopier(device=device, engine=engine)
+
+
+def build_batch(
+    sealed: Sealed,
+    streams: Callable[[int], StreamEntry | None],
+    telemetry: Telemetry,
+    copier: Any,
+) -> Batch:
+    """Lease the shipped slot to the consumer as a :class:`Batch`.
+
+    Without a copier the frames are a view of the slot (no copy). With one, mapped and
+    managed slots are viewed by the GPU in place and pinned or host slots are copied on
+    the copier's stream; either way the slot stays leased until the GPU work that
+    reads it has completed, and the consumer's stream waits for the copy.
+    """
+    torch = require_torch()
+    if copier is None:
+        frames = torch.from_numpy(sealed.pool.lease(sealed.slot))
+    else:
+        # Leased with the copier's stream current: when the view goes, the pool fences
+        # the slot on that stream (and on this thread's), so it is not written again
+        # before the copy has read it.
+        with copier.engine.use_stream(copier.stream):
+            view = sealed.pool.lease(sealed.slot)
+        frames = copier.to_device(view, hold=False).tensor()
+        del view
+    now = time.monotonic()
+    ages: list[float] = []
+    # One ``tolist`` per field, not a numpy scalar read per place and field.
+    valid: list[bool] = sealed.valid.tolist()
+    metas: list[FrameMeta | None] = [None] * len(valid)
+    sids: list[int] = sealed.stream_id.tolist()
+    seqs: list[int] = sealed.seq.tolist()
+    pts: list[float] = sealed.pts_ms.tolist()
+    captured_at: list[float] = sealed.captured_at.tolist()
+    for place, ok in enumerate(valid):
+        if not ok:
+            continue
+        sid, seq = sids[place], seqs[place]
+        stream = streams(sid)
+        gap = 0
+        if stream is not None:
+            gap = seq - stream.last_seq - 1 if seq > stream.last_seq else 0
+            stream.last_seq, stream.drops = seq, stream.drops + gap
+            stream.delivered += 1
+        captured = captured_at[place]
+        age = (now - captured) * 1000.0
+        ages.append(age)
+        metas[place] = FrameMeta(sid, seq, pts[place], captured, age, gap)
+    telemetry.delivered(ages, now)
+    return Batch(frames, torch.from_numpy(sealed.valid), tuple(metas))
+
+
+STATE_VERSION = 1
+
+KEY_STREAMS = "streams"
+KEY_URI = "uri"
+KEY_FRAME = "frame"
+
+
+def loader_state(streams: Iterable[Any]) -> dict[str, Any]:
+    """The numbers behind ``StreamLoader.state_dict()``."""
+    return {
+        KEY_VERSION: STATE_VERSION,
+        KEY_STREAMS: [
+            {KEY_URI: str(s.source.uri), KEY_FRAME: s.last_seq + 1}
+            for s in streams
+            if s.source.kind == "file"
+        ],
+    }
+
+
+def load_loader_state(streams: Iterable[Any], state: dict[str, Any], *, started: bool) -> None:
+    """The work behind ``StreamLoader.load_state_dict()``: each file stream resumes.
+
+    Raises:
+        ValueError: the loader has ``started`` (resume is for a fresh one), or the
+            state is of another version or other sources.
+    """
+    if started:
+        raise ValueError(
+            "StreamLoader.load_state_dict() must come before iteration starts; "
+            "make a new loader and load the state into it"
+        )
+    check_version(state, "StreamLoader", STATE_VERSION)
+    files = [s for s in streams if s.source.kind == "file"]
+    saved = state.get(KEY_STREAMS, [])
+    if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
+        raise ValueError(
+            f"StreamLoader state is for files {[e[KEY_URI] for e in saved]}, this loader has "
+            f"{[str(s.source.uri) for s in files]}; give the same file sources in the same order"
+        )
+    for stream, entry in zip_strict(files, saved):
+        stream.last_seq = int(entry[KEY_FRAME]) - 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import cv2
 from torch.utils.data._utils import worker
 
-from edgeload.video._cv_features import parse_version
+from edgeload.video._capture import parse_version
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
 

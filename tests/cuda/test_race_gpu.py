@@ -57,7 +57,7 @@ def test_dataloader_batches_survive_a_busy_gpu(mode, pin):
         for batch in loader:
             torch.cuda._sleep(_SPIN_CYCLES)  # the model, still busy when the copy is queued
             if mode in ("mapped", "managed") and memory_mode_of(batch) == mode:
-                on_gpu = edgeload.as_cuda_tensor(batch)
+                on_gpu = edgeload.cuda.as_cuda_tensor(batch)
             else:
                 on_gpu = batch.cuda(non_blocking=True)
             del batch

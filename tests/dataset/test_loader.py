@@ -5,8 +5,10 @@ The datasets and helpers live in ``tests/_datasets.py``.
 
 from __future__ import annotations
 
+import linecache
 import logging
 import random
+import sys
 import threading
 import time
 
@@ -210,17 +212,36 @@ class RecordingImageDS(ImageDS):
         return super().__getitem__(i)
 
 
-def _reads_settle(ds, timeout_s=10.0, quiet_s=0.5):
-    """How many samples were read once no read happened for ``quiet_s``."""
+def _worker_waits(frame) -> bool:
+    """Whether a worker thread whose top frame is ``frame`` waits: for a task in its
+    inbox (the pool's loop, blocked in ``inbox.get``) or on a lock or event (the test's
+    gate, a slot)."""
+    if frame is None:
+        return False
+    code = frame.f_code
+    if code.co_name == "wait":
+        return True
+    line = linecache.getline(code.co_filename, frame.f_lineno)
+    return code.co_name == "_run" and "inbox.get(" in line
+
+
+def _reads_settle(ds, timeout_s=30.0):
+    """How many samples were read once every loader worker thread waits (twice in a row,
+    with the same count), polled until ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    seen, since = len(ds.read), time.monotonic()
+    last = None
     while time.monotonic() < deadline:
-        time.sleep(0.02)
-        if len(ds.read) != seen:
-            seen, since = len(ds.read), time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            break
-    return seen
+        workers = [t.ident for t in threading.enumerate() if t.name.startswith("edgeload-loader-")]
+        frames = sys._current_frames()
+        count = len(ds.read)
+        if workers and all(_worker_waits(frames.get(ident)) for ident in workers):
+            if last == count:
+                return count
+            last = count
+        else:
+            last = None
+        time.sleep(0.005)
+    raise AssertionError(f"the loader's workers were still busy after {timeout_s} s")
 
 
 @pytest.mark.parametrize(

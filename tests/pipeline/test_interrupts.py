@@ -34,11 +34,14 @@ from _media import clip, media_dir
 
 EXIT_WITHIN_S = 2.0
 """The promise: Ctrl-C ends the program within this long, where the box allows it."""
-CONTROL_FACTOR = 2.0
+CONTROL_FACTOR = 4.0
 """On a box so loaded that Python alone needs long to exit, the bound is this many times
 the slowest exit of the control program: the same imports (torch, edgeload), no loader,
-Ctrl-C'd in the same trials. Interpreter teardown with torch takes ~0.3 s of CPU, which
-is over a second of wall time when five processes share two cores."""
+Ctrl-C'd in the same trials. A ratio, since the box's load sets both: interpreter
+teardown with torch takes ~0.3 s of CPU, over a second of wall time when five processes
+share two cores, and a process loader also waits for its workers to exit. A hang is
+still caught: it is over the bound, and past 30 s the trial is killed and its stacks
+shown."""
 READY_TIMEOUT_S = 90.0  # start-up (imports, first batch) on a loaded 2-core box
 HELPERS_GONE_S = 10.0  # forkserver and resource tracker leave once their parent has gone
 QUICK_TRIALS = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 
@@ -167,6 +168,18 @@ def test_put_timeout_when_nobody_consumes():
         q.put(2, timeout_s=0.05)
 
 
+def _wait_until_blocked(thread: threading.Thread, timeout_s: float = 30.0) -> None:
+    """Poll until ``thread`` waits (its top frame is a ``wait``: a lock, condition or the
+    queue's wake-ups), so what follows happens while it is blocked, not before."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        if frame is not None and frame.f_code.co_name == "wait":
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{thread.name} never blocked within {timeout_s} s")
+
+
 def test_close_wakes_a_blocked_consumer_and_later_calls_raise():
     q: Prefetcher[int] = Prefetcher(max_items=1, name="pf")
     errors: list[BaseException] = []
@@ -179,7 +192,7 @@ def test_close_wakes_a_blocked_consumer_and_later_calls_raise():
 
     t = threading.Thread(target=consume, name="test-consumer")
     t.start()
-    time.sleep(0.1)
+    _wait_until_blocked(t)
     q.close()
     t.join(1)
     assert not t.is_alive()

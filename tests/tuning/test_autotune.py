@@ -24,7 +24,8 @@ from _media import clip, media_dir
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from edgeload import ProfileError, cli, load_profile, plan_for, probe
+from edgeload import ProfileError, cli, plan_for, probe
+from edgeload.platform import load_profile
 from edgeload.tuning._profile_file import render_toml
 from edgeload.tuning._report import format_table
 

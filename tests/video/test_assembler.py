@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from edgeload.video._batch_pools import BatchPools
-from edgeload.video.assembler import Assembler
+from edgeload.video._assembler import Assembler, BatchPools
 from edgeload.video.source import FrameInfo
 
 _POINTS = ("call", "c_return")  # where CPython runs a signal handler in the main thread
@@ -112,7 +111,7 @@ def test_ctrl_c_as_a_batch_is_handed_over_gives_its_slot_back(where, tmp_path_fa
     with StreamLoader(sources, size=(64, 48), batch=2, timeout_s=20.0) as loader:
         it = iter(loader)
         next(it)  # the pools are made with the first batches
-        slots = sum(p.count for p in loader._parts.mux.pools.all())
+        slots = sum(p.count for p in loader._mux.pools.all())
         assert slots > 0
         for _ in range(slots + 3):
             hook = _InterruptAt(where)

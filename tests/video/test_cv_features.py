@@ -18,16 +18,17 @@ import pytest
 from _servers import SilentServer, frozen_http_camera, wait_until
 
 from edgeload.video import VideoSource
-from edgeload.video._cutoff import cut_connections, remote_addresses
-from edgeload.video._cv_features import (
+from edgeload.video._capture import (
     STALL_GUARD_VAR,
+    build_target,
     capture_fallbacks,
     capture_features,
+    cut_connections,
     features_of,
     parse_version,
+    remote_addresses,
 )
-from edgeload.video.capture import build_target
-from edgeload.video.reader import StreamReader
+from edgeload.video._reader import StreamReader
 
 
 def test_versions_parse_with_suffixes():

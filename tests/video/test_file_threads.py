@@ -16,9 +16,8 @@ from _media import clip, media_dir
 
 from edgeload.platform.profile import Profile
 from edgeload.video import StreamLoader, VideoSource
-from edgeload.video._cv_features import capture_features
-from edgeload.video.capture import SMALL_FILE_PIXELS, build_target
-from edgeload.video.reader import StreamReader
+from edgeload.video._capture import SMALL_FILE_PIXELS, build_target, capture_features
+from edgeload.video._reader import StreamReader
 
 pytestmark = pytest.mark.skipif(
     not capture_features().n_threads,

@@ -39,13 +39,26 @@ def test_file_decodes_through_a_gstreamer_pipeline(tmp_path_factory):
     assert np.abs(frames[0].astype(int) - reference.astype(int)).mean() < 3
 
 
+@pytest.mark.parametrize("name", ["clip!1.mp4", 'a "quoted" name.mp4', "k=v ! fakesink.mp4"])
+def test_a_file_name_with_pipeline_characters_opens_as_that_file(tmp_path_factory, name):
+    import shutil
+
+    path = tmp_path_factory.mktemp("odd") / name
+    shutil.copy(clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.0), path)
+    with StreamLoader([VideoSource(path, backend="gstreamer")], size=(160, 120)) as loader:
+        frames = sum(1 for _ in loader)
+        stats = loader.stats()["streams"][0]
+    assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
+    assert frames == 30
+
+
 def test_raw_pipeline_is_a_live_source():
     pipeline = (
         "videotestsrc is-live=true pattern=ball ! video/x-raw,width=320,height=240,"
         "framerate=30/1 ! videoconvert ! video/x-raw,format=BGR ! "
         "appsink drop=true max-buffers=1 sync=false"
     )
-    source = VideoSource(pipeline)
+    source = VideoSource("gst:" + pipeline)
     assert source.live and source.policy == "latest"
     with StreamLoader([source], size=(64, 64), layout="NCHW", color="rgb") as loader:
         batches = list(itertools.islice(loader, 10))
@@ -71,4 +84,99 @@ def test_rtsp_through_rtspsrc_and_the_decoder_chain(tmp_path_factory):
         server.stop()
     assert stats["pipeline"].startswith(f'rtspsrc location="{url}" latency=0 protocols=tcp ! ')
     assert "avdec_h264" in stats["pipeline"] and stats["pipeline"].endswith("sync=false")
+    assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)
+
+
+ENCODERS = {
+    "h264": ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"],
+    "h265": ["-c:v", "libx265", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+             "-x265-params", "log-level=error"],
+    "mjpeg": ["-c:v", "mjpeg", "-q:v", "3", "-pix_fmt", "yuvj420p"],
+}  # fmt: skip
+
+
+def encoded(directory, codec: str, container: str, frames: int = 12):
+    """A 160x120 clip of ``frames`` frames in ``codec`` and ``container``, made by ffmpeg."""
+    import subprocess
+
+    path = directory / f"{codec}.{container}"
+    if not path.exists():
+        subprocess.run(
+            ["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+             "testsrc2=size=160x120:rate=30", "-frames:v", str(frames), *ENCODERS[codec],
+             "-g", "6", str(path)],
+            check=True, timeout=120,
+        )  # fmt: skip
+    return path
+
+
+def ffmpeg_frames(path):
+    import cv2
+
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    frames = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        frames.append(frame)
+    cap.release()
+    return frames
+
+
+@pytest.mark.parametrize(
+    ("codec", "container"),
+    [
+        ("h264", "mp4"), ("h264", "mkv"), ("h264", "ts"), ("h264", "avi"),
+        ("h265", "mp4"), ("h265", "mkv"), ("h265", "ts"),
+        ("mjpeg", "avi"), ("mjpeg", "mkv"), ("mjpeg", "mov"),
+    ],
+)  # fmt: skip
+def test_each_codec_and_container_delivers_its_frames(tmp_path_factory, codec, container):
+    path = encoded(media_dir(tmp_path_factory), codec, container)
+    reference = ffmpeg_frames(path)
+    with StreamLoader([VideoSource(path, backend="gstreamer")], size=(160, 120)) as loader:
+        frames = [b.frames[0].numpy().copy() for b in loader]
+        stats = loader.stats()["streams"][0]
+    assert stats["state"] == "ended", stats
+    decoder = {"h264": "avdec_h264", "h265": "avdec_h265", "mjpeg": "jpegdec"}[codec]
+    assert f" ! {decoder} ! " in stats["pipeline"] and "format=I420" in stats["pipeline"]
+    assert len(frames) == len(reference) == 12
+    for ours, theirs in zip(frames, reference):
+        # Two decoders and colour converters: equal up to rounding.
+        assert np.abs(ours.astype(int) - theirs.astype(int)).mean() < 4
+
+
+@pytest.mark.parametrize("resize", ["stretch", "letterbox"])
+def test_scaled_in_the_pipeline_as_the_ffmpeg_path_scales(tmp_path_factory, resize):
+    path = clip(media_dir(tmp_path_factory), size=(320, 240), fps=30, seconds=0.5)
+    out = {}
+    for backend in ("gstreamer", "ffmpeg"):
+        source = VideoSource(path, backend=backend)
+        with StreamLoader([source], size=(96, 96), resize=resize, color="rgb") as loader:
+            out[backend] = [b.frames[0].numpy().astype(int) for b in loader]
+            if backend == "gstreamer":
+                pipeline = loader.stats()["streams"][0]["pipeline"]
+    dims = "96,height=96" if resize == "stretch" else "96,height=72"
+    assert f"videoscale ! videoconvert ! video/x-raw,format=I420,width={dims}" in pipeline
+    assert len(out["gstreamer"]) == len(out["ffmpeg"]) == 15
+    for ours, theirs in zip(out["gstreamer"], out["ffmpeg"]):
+        assert np.abs(ours - theirs).mean() < 8  # two scalers: close, not equal
+
+
+@pytest.mark.rtsp
+def test_h265_rtsp_through_its_depayloader(tmp_path_factory):
+    from test_rtsp import RtspServer, free_port
+
+    path = encoded(media_dir(tmp_path_factory), "h265", "mp4", frames=60)
+    server = RtspServer(free_port(), codec="h265")
+    try:
+        url = server.start(path)
+        source = VideoSource(url, backend="gstreamer")
+        with StreamLoader([source], size=(80, 60)) as loader:
+            batches = list(itertools.islice(loader, 10))
+            stats = loader.stats()["streams"][0]
+    finally:
+        server.stop()
+    assert "rtph265depay ! h265parse ! avdec_h265" in stats["pipeline"], stats["pipeline"]
     assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)

@@ -9,10 +9,9 @@ import pytest
 from _media import clip, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
-from edgeload.video._batch_pools import BatchPools
-from edgeload.video.assembler import Assembler
-from edgeload.video.clock import CaptureClock, LiveEdge
-from edgeload.video.demand import Demand
+from edgeload.video._assembler import Assembler, BatchPools
+from edgeload.video._mux import Demand
+from edgeload.video._reader import CaptureClock, LiveEdge
 from edgeload.video.source import FrameInfo
 
 

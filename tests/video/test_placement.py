@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeload.pipeline.slots import SlotPool
-from edgeload.video._placement import OpenBatch, Placement
+from edgeload.video._assembler import OpenBatch, Placement
 
 
 @pytest.fixture(scope="module")

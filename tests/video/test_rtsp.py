@@ -27,13 +27,15 @@ pytestmark = pytest.mark.rtsp
 class RtspServer:
     """``tests/rtsp_server.py`` in a subprocess, started and stopped by the test."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, codec: str = "h264") -> None:
         self.port = port
+        self.codec = codec
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self, media: Path) -> str:
         self.proc = subprocess.Popen(
-            [SYSTEM_PYTHON, str(SERVER), "--port", str(self.port), "--file", str(media)],
+            [SYSTEM_PYTHON, str(SERVER), "--port", str(self.port), "--file", str(media),
+             "--codec", self.codec],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         line = ""

@@ -10,7 +10,7 @@ from _media import clip, media_dir
 
 from edgeload.errors import EdgeloadError, SourceError
 from edgeload.video import StreamLoader, VideoSource
-from edgeload.video.capture import opencv_has
+from edgeload.video._capture import opencv_has
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 ``stats()`` is for people and dashboards: per stream state, rates, drops, reconnects,
 the last error and the exact pipeline OpenCV opened; for the loader the batch rate,
 queue depth, frame age percentiles and bytes held.  What it saves for resume is in
-:mod:`edgeload.video._resume`.
+:mod:`edgeload.video.streams`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..measure import percentile
-from ._ffmpeg import rtsp_transport_used
+from ._capture import rtsp_transport_used
 
 
 class Telemetry:
@@ -58,6 +58,8 @@ def _transport(src: Any, target: Any) -> str | None:
 
 def _stream_stats(stream: Any) -> dict[str, Any]:
     src, reader, target = stream.source, stream.reader, stream.target
+    if reader is not None:
+        target = reader.connection.target  # an RTSP pipeline is built for its codec at open
     now = time.monotonic()
     out: dict[str, Any] = {
         "id": stream.sid,

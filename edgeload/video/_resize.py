@@ -41,6 +41,9 @@ class FrameWriter:
         self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
         self._geometry: tuple[tuple[int, ...], tuple[int, int, int, int]] | None = None
         self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
+        self.yuv = ""
+        """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane (a GStreamer
+        pipeline of edgeload's scaled them); '' for BGR (H, W, 3)."""
 
     def _box(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
         """``(top, left, height, width)`` of the picture inside the output, cached."""
@@ -58,10 +61,14 @@ class FrameWriter:
         return box
 
     def write(self, frame: np.ndarray, place: np.ndarray) -> None:
-        """Write BGR ``frame`` (H', W', 3) into ``place`` in the configured form."""
+        """Write BGR ``frame`` (H', W', 3), or a YUV plane (see ``yuv``), into ``place``
+        in the configured form."""
         cv2 = self._cv2
         if cv2 is None:
             cv2 = self._cv2 = require_cv2()
+        if frame.ndim == 2 and self.yuv:
+            self._write_yuv(cv2, frame, place)
+            return
         hwc = self._scratch if self._scratch is not None else place
         geometry = self._geometry  # the cached box, looked at here: one call less a frame
         if geometry is not None and geometry[0] == frame.shape:
@@ -85,3 +92,32 @@ class FrameWriter:
             cv2.cvtColor(inner, cv2.COLOR_BGR2RGB, dst=inner)
         if self._scratch is not None:
             np.copyto(place, self._scratch.transpose(2, 0, 1))
+
+    def _write_yuv(self, cv2: Any, frame: np.ndarray, place: np.ndarray) -> None:
+        """One ``cv2.cvtColor`` from the YUV plane into the picture's place; a plane not
+        at the picture's size (the pipeline could not ask for it) is resized after."""
+        hwc = self._scratch if self._scratch is not None else place
+        shape = (frame.shape[0] * 2 // 3, frame.shape[1])
+        top, left, h, w = self._box(shape)
+        if (h, w) != hwc.shape[:2]:
+            hwc[:top] = LETTERBOX_FILL
+            hwc[top + h :] = LETTERBOX_FILL
+            hwc[top : top + h, :left] = LETTERBOX_FILL
+            hwc[top : top + h, left + w :] = LETTERBOX_FILL
+        inner = hwc[top : top + h, left : left + w]
+        code = _YUV_CODES[(self.yuv, self.color)]
+        if shape == (h, w):
+            cv2.cvtColor(frame, getattr(cv2, code), dst=inner)
+        else:
+            full = cv2.cvtColor(frame, getattr(cv2, code))
+            cv2.resize(full, (w, h), dst=inner, interpolation=cv2.INTER_LINEAR)
+        if self._scratch is not None:
+            np.copyto(place, self._scratch.transpose(2, 0, 1))
+
+
+_YUV_CODES = {
+    ("I420", "bgr"): "COLOR_YUV2BGR_I420",
+    ("I420", "rgb"): "COLOR_YUV2RGB_I420",
+    ("NV12", "bgr"): "COLOR_YUV2BGR_NV12",
+    ("NV12", "rgb"): "COLOR_YUV2RGB_NV12",
+}

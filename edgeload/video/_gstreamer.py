@@ -1,0 +1,398 @@
+"""The GStreamer pipelines edgeload writes for a source: found from the stream, decoded
+the board's way, scaled and converted once at the target size.
+
+**What is in the stream** (:func:`discover`).  The container comes from the file's first
+bytes (``ftyp`` mp4/mov, EBML mkv/webm, 0x47 sync bytes MPEG-TS, ``RIFF....AVI``), or is
+RTP for RTSP.  The codec and picture size come from GstPbutils' Discoverer where
+python3-gi is importable, else from the open OpenCV's FFmpeg backend already does
+(``CAP_PROP_FOURCC``), so the pipeline is the same where python3-gi is absent.  When
+neither can tell, the pipeline falls back to ``decodebin`` (the decoder chosen by rank).
+
+**The decoder** is the board's where it has one and the element exists (found with
+``Gst.ElementFactory.find``, or ``gst-inspect-1.0 --exists`` without python3-gi; never
+by plugin file names):
+
+- Jetson: ``nvv4l2decoder enable-max-performance=1`` for H.264/H.265 (NVIDIA's
+  Accelerated GStreamer guide, L4T r35/r36), then ``nvvidconv`` (the VIC) scales to
+  NV12 at the target size;
+- Raspberry Pi 4 (BCM2711 and older): ``v4l2h264dec`` for H.264;
+- Raspberry Pi 4/5 HEVC: the stateless ``v4l2slh265dec`` only after a start-up decode
+  self-test passes (known failures: raspberrypi/linux#7363, #7536), else ``avdec_h265``;
+- elsewhere software: ``avdec_h264``, ``avdec_h265``, ``jpegdec`` (MJPEG), ``vp8dec``,
+  ``vp9dec``, ``av1dec``.
+
+A codec with no decoder here is a :class:`~edgeload.errors.SourceError` naming the codec,
+the package that has one and ``backend="ffmpeg"``: a pipeline that cannot negotiate would
+otherwise be retried for ever.
+
+**The output** is the target size in I420 (NV12 on a Jetson), the letterbox's inner box
+when ``resize="letterbox"``: OpenCV's GStreamer backend hands it over as one
+(H*3/2, W) plane without converting, and the frame writer turns it into BGR/RGB with
+one ``cv2.cvtColor`` straight into the batch place.  Full-size BGR frames and a
+``cv2.resize`` cost about twice the decode (issue 31).  A size 4:2:0 cannot hold (an
+odd side) arrives at the stream's size and the writer resizes it.  A live source's ``fps`` limit is a
+``videorate drop-only=true max-rate=N`` after the decoder, so a skipped frame is never
+scaled or converted; a file's stays in the reader (it counts frames by index).
+
+Every value placed into a pipeline goes through :func:`quote`.  Live inputs end in
+``appsink drop=true max-buffers=1 sync=false`` so a slow consumer never builds lag.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+LIVE_SINK = "appsink drop=true max-buffers=1 sync=false"
+FILE_SINK = "appsink max-buffers=2 sync=false"
+TO_BGR = "videoconvert ! video/x-raw,format=BGR"
+
+Codec = Literal["h264", "h265", "mjpeg", "vp8", "vp9", "av1", ""]
+Container = Literal["mp4", "mkv", "ts", "avi", "rtp", ""]
+YuvLayout = Literal["I420", "NV12"]
+
+
+@dataclass(frozen=True)
+class CodecElements:
+    """The GStreamer elements one codec needs, and where a software decoder lives."""
+
+    parse: str
+    software: str
+    depay: str
+    package: str
+
+
+CODECS: dict[str, CodecElements] = {
+    "h264": CodecElements("h264parse", "avdec_h264", "rtph264depay", "gstreamer1.0-libav"),
+    "h265": CodecElements("h265parse", "avdec_h265", "rtph265depay", "gstreamer1.0-libav"),
+    "mjpeg": CodecElements("jpegparse", "jpegdec", "rtpjpegdepay", "gstreamer1.0-plugins-good"),
+    "vp8": CodecElements("", "vp8dec", "rtpvp8depay", "gstreamer1.0-plugins-good"),
+    "vp9": CodecElements("", "vp9dec", "rtpvp9depay", "gstreamer1.0-plugins-good"),
+    "av1": CodecElements("av1parse", "av1dec", "rtpav1depay", "gstreamer1.0-plugins-bad"),
+}
+DEMUXERS = {"mp4": "qtdemux", "mkv": "matroskademux", "ts": "tsdemux", "avi": "avidemux"}
+_CAPS_CODECS = {
+    "video/x-h264": "h264",
+    "video/x-h265": "h265",
+    "image/jpeg": "mjpeg",
+    "video/x-vp8": "vp8",
+    "video/x-vp9": "vp9",
+    "video/x-av1": "av1",
+}
+_FOURCC_CODECS = {
+    "h264": "h264", "avc1": "h264", "x264": "h264", "avc3": "h264",
+    "hevc": "h265", "hev1": "h265", "hvc1": "h265", "h265": "h265",
+    "mjpg": "mjpeg", "jpeg": "mjpeg", "mjpa": "mjpeg",
+    "vp80": "vp8", "vp08": "vp8", "vp90": "vp9", "vp09": "vp9", "av01": "av1",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What :func:`discover` found: codec, container and picture size ('' / 0: unknown)."""
+
+    codec: str = ""
+    container: str = ""
+    width: int = 0
+    height: int = 0
+    found_by: str = ""
+    """``discoverer`` (GstPbutils), ``ffmpeg`` (OpenCV's FFmpeg) or '' (nothing could tell)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the pipeline hands OpenCV: its size and whether a live fps limit applies."""
+
+    size: tuple[int, int] | None = None
+    """The loader's ``(width, height)``; None: the stream's own size."""
+    resize: str = "stretch"
+    fps: float | None = None
+
+
+def quote(value: str) -> str:
+    """``value`` as one quoted GStreamer property value: it cannot end the property or
+    add elements, whatever it holds (``!``, quotes, spaces, ``=``).
+
+    gst-launch syntax reads a double-quoted string as one token and takes a backslash
+    inside it to escape the next character.
+    """
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def hardware_decoder(platform: Any) -> str:
+    """The board's decoder family: ``jetson``, ``rpi4``, ``rpi5`` or ``software``."""
+    family = str(getattr(platform, "family", "") or "")
+    soc = str(getattr(platform, "soc", "") or "").lower()
+    if family == "jetson":
+        return "jetson"
+    if family == "raspberry_pi":
+        # Only BCM2711 and older have the V4L2 H.264 decoder; a Pi 5 (BCM2712) has HEVC only.
+        if any(s in soc for s in ("2711", "2837", "2836", "2835")):
+            return "rpi4"
+        if "2712" in soc:
+            return "rpi5"
+    return "software"
+
+
+# -- which elements this GStreamer has -------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def has_element(name: str) -> bool:
+    """Whether this GStreamer has element ``name`` (python3-gi, else gst-inspect-1.0)."""
+    gst = _gst()
+    if gst is not None:
+        return gst.ElementFactory.find(name) is not None
+    tool = shutil.which("gst-inspect-1.0")
+    if tool is None:
+        return False
+    try:
+        return subprocess.run([tool, "--exists", name], timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _gst() -> Any:
+    """GStreamer's Python module, initialised, or None without python3-gi."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gi's importer warns on Python 3.10+
+            import gi
+
+            gi.require_version("Gst", "1.0")
+            gi.require_version("GstPbutils", "1.0")
+            from gi.repository import Gst, GstPbutils  # noqa: F401
+    except (ImportError, ValueError):
+        return None
+    Gst.init(None)
+    return Gst
+
+
+Elements = Callable[[str], bool]
+
+
+# -- what is in the stream --------------------------------------------------------------
+
+
+def sniff_container(path: str) -> str:
+    """The container of the file at ``path`` from its first bytes; '' when unknown."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return ""
+    if head[4:8] == b"ftyp" or head[4:8] in (b"moov", b"mdat", b"free", b"wide"):
+        return "mp4"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "mkv"
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "avi"
+    if len(head) > 376 and head[0] == head[188] == head[376] == 0x47:
+        return "ts"
+    return ""
+
+
+def discover(kind: str, location: str, *, timeout_s: float) -> StreamInfo:
+    """Find the codec, container and size of a file or RTSP stream within ``timeout_s``."""
+    container = "rtp" if kind == "rtsp" else sniff_container(location)
+    info = _discover_gst(kind, location, timeout_s)
+    if info is None:
+        info = _discover_ffmpeg(location, timeout_s)
+    if info is None:
+        return StreamInfo(container=container)
+    codec, width, height, how = info
+    return StreamInfo(codec, container, width, height, how)
+
+
+def _discover_gst(kind: str, location: str, timeout_s: float) -> tuple[str, int, int, str] | None:
+    gst = _gst()
+    if gst is None:
+        return None
+    from gi.repository import GstPbutils  # loaded by _gst()
+
+    uri = Path(location).resolve().as_uri() if kind == "file" else location
+    try:
+        found = GstPbutils.Discoverer.new(int(timeout_s * gst.SECOND)).discover_uri(uri)
+    except Exception:  # GLib.Error: unreachable, timed out, not a stream
+        return None
+    for stream in found.get_video_streams():
+        caps = stream.get_caps()
+        name = caps.get_structure(0).get_name() if caps and caps.get_size() else ""
+        return _CAPS_CODECS.get(name, name), stream.get_width(), stream.get_height(), "discoverer"
+    return None
+
+
+def _discover_ffmpeg(location: str, timeout_s: float) -> tuple[str, int, int, str] | None:
+    try:
+        import cv2
+    except ImportError:
+        return None
+    params = []
+    if hasattr(cv2, "CAP_PROP_OPEN_TIMEOUT_MSEC"):
+        params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(timeout_s * 1000)]
+    try:
+        cap = cv2.VideoCapture(location, cv2.CAP_FFMPEG, params)
+    except (TypeError, cv2.error):
+        cap = cv2.VideoCapture(location, cv2.CAP_FFMPEG)
+    try:
+        if not cap.isOpened():
+            return None
+        code = int(cap.get(cv2.CAP_PROP_FOURCC))
+        fourcc = "".join(chr((code >> (8 * i)) & 0xFF) for i in range(4)).strip("\0 ").lower()
+        size = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    finally:
+        cap.release()
+    return _FOURCC_CODECS.get(fourcc, fourcc), size[0], size[1], "ffmpeg"
+
+
+# -- the pipeline -----------------------------------------------------------------------
+
+
+def decode_chain(codec: str, board: str, elements: Elements, *, source: str) -> str:
+    """The decoder (with its parser) for ``codec`` on ``board``.
+
+    Raises:
+        SourceError: no decoder for ``codec`` here; names what to install.
+    """
+    from ..errors import SourceError
+
+    parts = CODECS.get(codec)
+    if parts is None:
+        raise SourceError(
+            f"video source {source!r}: codec {codec!r} has no GStreamer pipeline in edgeload "
+            f"(it decodes {', '.join(CODECS)}); pass backend='ffmpeg' to read it through "
+            "OpenCV's FFmpeg",
+            source=source,
+        )
+    parse = f"{parts.parse} ! " if parts.parse and elements(parts.parse) else ""
+    if board == "jetson" and codec in ("h264", "h265") and elements("nvv4l2decoder"):
+        return f"{parse}nvv4l2decoder enable-max-performance=1"
+    if board == "rpi4" and codec == "h264" and elements("v4l2h264dec"):
+        return f"{parse}v4l2h264dec"
+    if (
+        board in ("rpi4", "rpi5")
+        and codec == "h265"
+        and elements("v4l2slh265dec")
+        and hevc_self_test()
+    ):
+        return f"{parse}v4l2slh265dec"
+    if not elements(parts.software):
+        raise SourceError(
+            f"video source {source!r}: its codec is {codec.upper()}, and this GStreamer has "
+            f"no decoder for it ({parts.software}); install {parts.package}, or pass "
+            "backend='ffmpeg' to decode it through OpenCV's FFmpeg",
+            source=source,
+        )
+    return f"{parse}{parts.software}"
+
+
+@functools.lru_cache(maxsize=1)
+def hevc_self_test() -> bool:
+    """Whether the Pi's stateless HEVC decoder decodes a short clip here (once a process).
+
+    ``v4l2slh265dec`` exists on kernels where it then fails or hangs on real streams
+    (raspberrypi/linux#7363, #7536): a bounded ``gst-launch-1.0`` run decides.
+    """
+    tool = shutil.which("gst-launch-1.0")
+    if tool is None:
+        return False
+    pipeline = (
+        "videotestsrc num-buffers=10 ! video/x-raw,width=320,height=240 ! x265enc ! "
+        "h265parse ! v4l2slh265dec ! fakesink"
+    )
+    try:
+        done = subprocess.run([tool, "-q", *pipeline.split()], timeout=20, capture_output=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def letterbox_box(src: tuple[int, int], size: tuple[int, int]) -> tuple[int, int]:
+    """The picture's ``(width, height)`` inside ``size`` when letterboxed, as the frame
+    writer computes it."""
+    (src_w, src_h), (w, h) = src, size
+    scale = min(w / src_w, h / src_h)
+    return max(1, round(src_w * scale)), max(1, round(src_h * scale))
+
+
+def output_chain(board: str, out: Output, info: StreamInfo, *, live: bool) -> tuple[str, str]:
+    """The elements after the decoder, up to the appsink, and the YUV layout they hand
+    OpenCV.
+
+    The layout depends on the board only, so it is known before an RTSP stream's codec
+    is.  A size the pipeline cannot ask for (an odd side, which 4:2:0 cannot hold, or a
+    letterbox box of a picture whose size is not known yet) is left to the frame
+    writer: full-size YUV, converted, then resized.
+    """
+    rate = (
+        f"videorate drop-only=true max-rate={max(1, round(out.fps))} ! " if live and out.fps else ""
+    )
+    size = out.size
+    if size is not None and out.resize == "letterbox":
+        size = letterbox_box((info.width, info.height), size) if info.width else None
+    if size is not None and (size[0] % 2 or size[1] % 2):
+        size = None
+    dims = f",width={size[0]},height={size[1]}" if size else ""
+    if board == "jetson":
+        # The VIC scales and converts (NVMM or system memory) frames; JetPack's OpenCV
+        # takes NV12, not BGRx (opencv/opencv#25602 added BGRx later).
+        return f"{rate}nvvidconv ! video/x-raw,format=NV12{dims}", "NV12"
+    scale = "videoscale ! " if size else ""
+    return f"{rate}{scale}videoconvert ! video/x-raw,format=I420{dims}", "I420"
+
+
+def decode_pipeline(
+    kind: str,
+    location: str,
+    board: str,
+    *,
+    transport: str = "tcp",
+    info: StreamInfo,
+    out: Output,
+    elements: Elements = has_element,
+) -> tuple[str, str]:
+    """The pipeline for a file, RTSP or HTTP stream with ``info``'s codec and container,
+    decoded on ``board``, and the YUV layout it delivers ('' for BGR).
+
+    Raises:
+        SourceError: the codec has no decoder here.
+    """
+    live = kind != "file"
+    sink = LIVE_SINK if live else FILE_SINK
+    if kind == "rtsp":
+        # rtspsrc tries UDP first and falls back to TCP only after a timeout: ask.
+        head = f"rtspsrc location={quote(location)} latency=0 protocols={transport}"
+        if info.codec:
+            head += f" ! {CODECS[info.codec].depay}" if info.codec in CODECS else ""
+    elif kind == "http":
+        head = f"souphttpsrc location={quote(location)} is-live=true"
+        info = StreamInfo()  # decodebin finds what it is
+    else:
+        head = f"filesrc location={quote(location)}"
+        demux = DEMUXERS.get(info.container)
+        head += f" ! {demux}" if demux else " ! parsebin"
+    if info.codec:
+        chain = decode_chain(info.codec, board, elements, source=location)
+    else:
+        chain = "decodebin"  # nothing could tell the codec: the decoder chosen by rank
+    tail, yuv = output_chain(board, out, info, live=live)
+    return f"{head} ! {chain} ! {tail} ! {sink}", yuv
+
+
+def csi_pipeline(sensor: int) -> str:
+    """A Jetson CSI camera (``csi://N``) through Argus."""
+    return (
+        f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),framerate=30/1 ! "
+        f"nvvidconv ! video/x-raw,format=BGRx ! {TO_BGR} ! {LIVE_SINK}"
+    )
+
+
+def device_pipeline(device: str) -> str:
+    """A V4L2 camera (``/dev/videoN``)."""
+    return f"v4l2src device={quote(device)} ! {TO_BGR} ! {LIVE_SINK}"
