@@ -31,6 +31,7 @@ raises RuntimeError then too).  Worker death and timeouts are RuntimeErrors, as 
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -83,8 +84,40 @@ def redact(text: object) -> str:
     return out
 
 
+def _redact_source(source: object) -> object:
+    if isinstance(source, str):
+        return redact(source)
+    if isinstance(source, (list, tuple)):
+        return type(source)(_redact_source(s) for s in source)
+    return source
+
+
+class _RedactRecords(logging.Filter):
+    """Hides passwords in the records of the ``edgeload`` logger, whatever formatted them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        shown = redact(text)
+        if shown != text:
+            record.msg, record.args = shown, None
+        return True
+
+
+# The loggers of the video path log to "edgeload" itself; a filter there covers every
+# record they make (a filter on a logger does not see its children's records, which
+# redact their messages where they are made).
+logging.getLogger("edgeload").addFilter(_RedactRecords())
+
+
 class EdgeloadError(Exception):
-    """Base class of every edgeload error."""
+    """Base class of every edgeload error.
+
+    Its message passes through :func:`redact`: whatever a raise site formats (a URL in a
+    SourceError, a bad value in an ArgumentError), no password reaches the user.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class PlatformError(EdgeloadError):
@@ -110,12 +143,13 @@ class SourceError(EdgeloadError):
     """A video source could not be opened or read.
 
     Attributes:
-        source: the source as the user gave it (path, URL, index or pipeline).
+        source: the source as the user gave it (path, URL, index or pipeline), with a
+            URL's password hidden (:func:`redact`).
     """
 
     def __init__(self, message: str, *, source: object = None) -> None:
         super().__init__(message)
-        self.source = source
+        self.source = _redact_source(source)
 
 
 class WorkerError(EdgeloadError):

@@ -21,6 +21,7 @@ RANK = {
     "vocabulary": 0,
     "_compat": 0,  # the oldest Python, torch and OpenCV; stand-ins for what 3.9/3.10 added
     "_lazy": 0,  # names a package loads on first use
+    "_args": 1,  # the argument checks every public constructor uses
     "_deps": 1,
     "checkpoint": 1,
     "measure": 1,
@@ -35,7 +36,7 @@ RANK = {
     "": 9,  # edgeload/__init__.py re-exports everything
 }
 # platform reads the device; it may name nothing of the data path but errors and the words.
-PLATFORM_MAY_IMPORT = {"errors", "vocabulary", "_compat"}
+PLATFORM_MAY_IMPORT = {"errors", "vocabulary", "_compat", "_args"}
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:

@@ -18,12 +18,14 @@ import numpy as np
 
 from .._compat import zip_strict
 from .._deps import require_cv2
+from ..errors import ArgumentError, WorkerTimeout
 from ..measure import tree_pss_bytes
 from ..video.batch import Batch
 from ..video.source import VideoSource
 from ..video.streams import StreamLoader
 
 _CLIP_SIZE = (640, 360)
+_GRACE_S = 2.0  # past --seconds, the most the demo waits for a batch
 _CLIP_FPS = 30
 _CLIP_SECONDS = 4
 _COLOURS = ((40, 40, 200), (40, 160, 40), (200, 90, 30), (160, 40, 160))
@@ -120,8 +122,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         w, h = (int(v) for v in str(args.size).lower().split("x"))
     except ValueError:
-        print(f"edgeload demo: --size must look like 640x640, got {args.size!r}")
-        return 2
+        w = h = 0
+    if w < 1 or h < 1:
+        raise ArgumentError(f"--size must look like 640x640, both > 0, got {args.size!r}")
+    if not 0 < args.seconds < float("inf"):
+        raise ArgumentError(f"--seconds must be a finite number > 0, got {args.seconds}")
     if args.sources:
         sources: list[Any] = list(args.sources)
     else:
@@ -130,10 +135,17 @@ def run(args: argparse.Namespace) -> int:
               f"replayed at {_CLIP_FPS} fps)")  # fmt: skip
         sources = [VideoSource(p, realtime=True, loop=True, name=p.name) for p in clips]
     last: Batch | None = None
-    with StreamLoader(sources, size=(w, h), batch=args.batch) as loader:
+    # No batch within the run's own length ends the run (the table says why), so a
+    # camera that is down never holds the demo past --seconds for long.
+    with StreamLoader(sources, size=(w, h), batch=args.batch,
+                      timeout_s=args.seconds + _GRACE_S) as loader:  # fmt: skip
         print(loader.plan.describe())
         start = next_status = time.monotonic()
-        for batch in loader:
+        while True:
+            try:
+                batch = next(loader)
+            except (StopIteration, WorkerTimeout):
+                break
             last = batch
             now = time.monotonic()
             if now >= next_status:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
-from ..errors import PlatformError
+from ..errors import EdgeloadError, PlatformError, redact
 from ..platform.plan import Plan, plan_for
 from ..platform.probe import Platform, probe
 from ..platform.profile import load_profile
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(platform, workload="video")  # the plan below is a video plan
     plan = plan_for(streams=args.streams, frame=args.frame, platform=platform, profile=profile)
     sources = [_target(uri, platform, plan) for uri in args.source]
+    bad = [src for src in sources if "error" in src]
     missing = fallbacks() if platform.live else []
     if args.json:
         out = platform.to_dict()
@@ -73,9 +75,16 @@ def run(args: argparse.Namespace) -> int:
             for lack, instead in missing:
                 print(f"  {lack}\n    -> {instead}")
         for src in sources:
-            print(
-                f"\nsource {src['uri']}\n  {src['kind']} via {src['backend']}: {src['open_string']}"
-            )
+            if "error" in src:
+                print(f"\nsource {src['uri']}\n  cannot be used: {src['error']}")
+            else:
+                print(f"\nsource {src['uri']}\n  {src['kind']} via {src['backend']}: "
+                      f"{src['open_string']}")  # fmt: skip
+    if bad:
+        # The whole report is printed first; the failure is the exit status and this line.
+        for src in bad:
+            print(f"edgeload probe: --source {src['uri']}: {src['error']}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -99,21 +108,30 @@ def fallbacks() -> list[tuple[str, str]]:
 
 
 def _target(uri: str, platform: Platform, plan: Plan) -> dict[str, str]:
-    """What a loader on ``platform`` would open for ``uri``."""
+    """What a loader on ``platform`` would open for ``uri`` (passwords hidden), or why
+    it cannot (``error``): one bad source does not hide the others."""
     from ..video import target_for
 
     source: str | int = int(uri) if uri.isdigit() else uri
-    target = target_for(source, platform=platform, plan=plan)
+    try:
+        target = target_for(source, platform=platform, plan=plan)
+    except EdgeloadError as exc:
+        return {"uri": redact(uri), "error": redact(exc)}
     return {
-        "uri": uri,
+        "uri": redact(uri),
         "kind": str(target.kind),
         "backend": str(target.backend),
-        "open_string": target.open_string,
+        "open_string": redact(target.open_string),
     }
 
 
 def _gib(n: Any) -> str:
     return f"{n / (1 << 30):.1f} GiB" if isinstance(n, int) else "unknown"
+
+
+def _no_decoder(platform: Platform) -> str:
+    # The plan's decode line says the same (edgeload.platform.plan.choose_decode_backend).
+    return "none found" if platform.live else "none found in this tree"
 
 
 def _describe(platform: Platform, plan: Plan) -> str:
@@ -155,7 +173,7 @@ def _describe(platform: Platform, plan: Plan) -> str:
         ),
         ("gpu", gpu_text),
         ("opencv", cv_text),
-        ("hw decode", ", ".join(platform.hw_decoders) or "none found"),
+        ("hw decode", ", ".join(platform.hw_decoders) or _no_decoder(platform)),
     ]
     width = max(len(r[0]) for r in rows)
     head = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

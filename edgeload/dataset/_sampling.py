@@ -87,32 +87,32 @@ def build_sampling(
             apply_shuffle(dataset, shuffle)
             shuffle = None
         elif shuffle not in (False, None):
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader with IterableDataset: expected unspecified shuffle option, "
                 f"but got shuffle={shuffle}"
             )
         if sampler is not None:
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader with IterableDataset: expected unspecified sampler option, "
                 f"but got sampler={sampler}"
             )
         if batch_sampler is not None:
-            raise ValueError(
+            raise ArgumentError(
                 "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
                 f"but got batch_sampler={batch_sampler}"
             )
     shuffle = bool(shuffle)
     if sampler is not None and shuffle:
-        raise ValueError("sampler option is mutually exclusive with shuffle")
+        raise ArgumentError("sampler option is mutually exclusive with shuffle")
     if batch_sampler is not None:
         if batch_size != 1 or shuffle or sampler is not None or drop_last:
-            raise ValueError(
+            raise ArgumentError(
                 "batch_sampler option is mutually exclusive with batch_size, shuffle, "
                 "sampler, and drop_last"
             )
         batch_size, drop_last = None, False
     elif batch_size is None and drop_last:
-        raise ValueError(
+        raise ArgumentError(
             "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
         )
     if sampler is None:

@@ -32,15 +32,17 @@ import contextlib
 import math
 import multiprocessing
 import multiprocessing.context
+import numbers
 import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from ..errors import ClosedError
+from .. import _args
+from ..errors import ArgumentError, ClosedError
 from ..pipeline._lifecycle import Lifecycle
-from ..vocabulary import GPU_MEMORY_MODES
+from ..vocabulary import AUTO, GPU_MEMORY_MODES, MEMORY_MODES
 from ._epoch import EpochIterator, LoaderSlots, make_loader_executor
 from ._sampling import EpochOrder, build_sampling, check_shuffles_are_seedable
 from ._settings import (
@@ -108,8 +110,9 @@ class DataLoader(Generic[T_co]):
         max_skips: most samples skipped per epoch with ``on_error="skip"``.
 
     Raises:
-        ValueError: an argument torch rejects (same wording) or a bad edgeload one;
-            also assigning ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last``,
+        ArgumentError: an argument torch rejects (same wording) or a bad edgeload one (a
+            ValueError, as torch raises; ``worker_kind``, ``on_error`` and
+            ``memory_mode`` are accepted in any case); also assigning ``batch_size``, ``sampler``, ``batch_sampler``, ``drop_last``,
             ``dataset`` or ``persistent_workers`` after construction, as torch.
         TypeError: ``multiprocessing_context`` that is no context nor start method.
         PlatformError: an explicit GPU ``memory_mode`` this machine cannot give (the
@@ -149,7 +152,7 @@ class DataLoader(Generic[T_co]):
         max_skips: int = 0,
         engine: Any = None,
     ) -> None:
-        check_arguments(
+        num_workers, worker_kind, on_error, memory_mode = check_arguments(  # type: ignore[assignment]
             num_workers=num_workers,
             timeout=timeout,
             worker_kind=worker_kind,
@@ -158,6 +161,9 @@ class DataLoader(Generic[T_co]):
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             prefetch_bytes=prefetch_bytes,
+            batch_size=batch_size,
+            pin_memory=pin_memory,
+            memory_mode=memory_mode,
         )
         check_gpu_mode(memory_mode, engine)
         self.engine = engine
@@ -244,7 +250,7 @@ class DataLoader(Generic[T_co]):
     def __setattr__(self, name: str, value: Any) -> None:
         initialized = self.__dict__.get("_initialized", False)
         if initialized and name in FROZEN:
-            raise ValueError(
+            raise ArgumentError(
                 f"{name} attribute should not be set after {type(self).__name__} is "
                 "initialized; build a new DataLoader with the new value"
             )
@@ -477,51 +483,70 @@ def check_arguments(
     prefetch_factor: int | None,
     persistent_workers: bool,
     prefetch_bytes: int | None,
-) -> None:
-    """Reject bad DataLoader arguments.
+    batch_size: Any = 1,
+    pin_memory: Any = "auto",
+    memory_mode: Any = "auto",
+) -> tuple[Any, str, str, str]:
+    """Reject bad DataLoader arguments; return ``num_workers``, ``worker_kind``,
+    ``on_error`` and ``memory_mode`` normalised (the Literal settings in any case).
 
     Raises:
-        ValueError: naming the argument, the value and what to pass instead.
+        ArgumentError: naming the argument, the value and what to pass instead (a
+            ValueError, as torch raises).
     """
-    if num_workers != "auto" and (
-        not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0
+    owner = "DataLoader"
+    if isinstance(num_workers, str):
+        num_workers = _args.choice(owner, "num_workers", num_workers, ("auto",))
+    elif (
+        not isinstance(num_workers, numbers.Integral)
+        or isinstance(num_workers, bool)
+        or (num_workers < 0)
     ):
-        raise ValueError(
+        raise ArgumentError(
             f"num_workers option should be non-negative; got {num_workers!r}: pass an int "
             ">= 0 (0 loads in the calling thread) or 'auto' (the device plan's count)"
         )
-    if timeout < 0:
-        raise ValueError(f"timeout option should be non-negative, got {timeout}")
-    if worker_kind not in KINDS:
-        raise ValueError(f"worker_kind must be one of {KINDS}, got {worker_kind!r}")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not isinstance(max_skips, int) or max_skips < 0:
-        raise ValueError(f"max_skips must be an int >= 0, got {max_skips!r}")
-    if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
+    else:
+        num_workers = int(num_workers)
+    if isinstance(timeout, numbers.Real) and not isinstance(timeout, bool) and timeout < 0:
+        raise ArgumentError(f"timeout option should be non-negative, got {timeout}")
+    _args.number(owner, "timeout", timeout, low=0)
+    worker_kind = _args.choice(owner, "worker_kind", worker_kind, KINDS)
+    on_error = _args.choice(owner, "on_error", on_error, ("raise", "skip"),
+                            allowed_text="'raise' or 'skip'")  # fmt: skip
+    if not isinstance(max_skips, numbers.Integral) or isinstance(max_skips, bool) or max_skips < 0:
+        raise ArgumentError(f"max_skips must be an int >= 0, got {max_skips!r}")
+    _args.integer(owner, "batch_size", batch_size, low=1, none_ok=True)
+    if isinstance(prefetch_factor, numbers.Integral) and prefetch_factor < 0:
+        raise ArgumentError("prefetch_factor option should be non-negative")
+    _args.integer(owner, "prefetch_factor", prefetch_factor, low=0, none_ok=True)
     if num_workers == 0 and prefetch_factor is not None:
-        raise ValueError(
+        raise ArgumentError(
             "prefetch_factor option could only be specified in multiprocessing.let "
             "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
         )
     if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0")
-    if prefetch_bytes is not None and prefetch_bytes < 1:
-        raise ValueError(f"prefetch_bytes must be >= 1 or None, got {prefetch_bytes}")
+        raise ArgumentError("persistent_workers option needs num_workers > 0")
+    _args.integer(owner, "prefetch_bytes", prefetch_bytes, low=1, none_ok=True)
+    if not isinstance(pin_memory, bool) and type(pin_memory).__name__ != "bool_":
+        _args.choice(owner, "pin_memory", pin_memory, ("auto",),
+                     allowed_text="True, False or 'auto'")  # fmt: skip
+    memory_mode = _args.choice(owner, "memory_mode", memory_mode, (AUTO, *MEMORY_MODES))
+    return num_workers, worker_kind, on_error, memory_mode
 
 
 def check_context(context: Any, num_workers: Any) -> Any:
     """Validate ``multiprocessing_context`` as torch does; return the context (or None).
 
     Raises:
-        ValueError: a context with ``num_workers=0``, or an unknown start method.
+        ArgumentError: a context with ``num_workers=0``, or an unknown start method (a
+            ValueError, as torch raises).
         TypeError: neither a start method name nor a ``multiprocessing`` context.
     """
     if context is None:
         return None
     if num_workers == 0:
-        raise ValueError(
+        raise ArgumentError(
             "multiprocessing_context can only be used with multi-process loading "
             f"(num_workers > 0), but got num_workers={num_workers}; pass num_workers=2 "
             "(or 'auto') with it, or drop multiprocessing_context"
@@ -529,7 +554,7 @@ def check_context(context: Any, num_workers: Any) -> Any:
     if isinstance(context, str):
         methods = multiprocessing.get_all_start_methods()
         if context not in methods:
-            raise ValueError(
+            raise ArgumentError(
                 f"multiprocessing_context option should specify a valid start method in "
                 f"{methods!r}, but got multiprocessing_context={context!r}"
             )

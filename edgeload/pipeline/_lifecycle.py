@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from ..errors import ArgumentError
+
 __all__ = [
     "EXIT_JOIN_TIMEOUT_S",
     "POLL_INTERVAL_S",
@@ -156,7 +158,7 @@ def limit_library_threads(num_threads: int, *, env: bool = True, torch: bool = T
         ValueError: ``num_threads`` below 1.
     """
     if num_threads < 1:
-        raise ValueError(f"threads_per_worker must be >= 1, got {num_threads}")
+        raise ArgumentError(f"threads_per_worker must be >= 1, got {num_threads}")
     if env:
         for var in _THREAD_ENV_VARS:
             os.environ[var] = str(num_threads)

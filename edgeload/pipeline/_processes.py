@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Tuple
 
-from ..errors import PlatformError, WorkerError
+from ..errors import ArgumentError, PlatformError, WorkerError
 from ..vocabulary import WorkerKind
 from ._failure import Failure
 from ._lifecycle import POLL_INTERVAL_S, limit_library_threads, thread_env, thread_name
@@ -144,7 +144,7 @@ def choose_start_method(requested: str | None = None) -> str:
     methods = multiprocessing.get_all_start_methods()
     if requested is not None:
         if requested not in methods:
-            raise ValueError(f"start_method must be one of {methods}, got {requested!r}")
+            raise ArgumentError(f"start_method must be one of {methods}, got {requested!r}")
         if requested == "fork" and _cuda_initialised():
             raise PlatformError(
                 "start_method='fork' after CUDA was initialised: the child cannot use "
@@ -585,7 +585,7 @@ def start_processes(
             parent_conn.close()
             child_conn.close()
             _stop(channels, procs, 0.0)
-            raise ValueError(
+            raise ArgumentError(
                 f"{name}: {start_method} process workers need a picklable fn and init_fn "
                 f"(module-level functions, classes and functools.partial), got {fn!r}, "
                 f"{init_fn!r}: {type(exc).__name__}: {exc}; define them at module "

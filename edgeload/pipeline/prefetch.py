@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, WaitTimeout, WorkerTimeout
+from .. import _args
+from ..errors import ArgumentError, ClosedError, WaitTimeout, WorkerTimeout
 from ._lifecycle import POLL_INTERVAL_S, Lifecycle, Wakeups
 
 __all__ = ["END", "PrefetchStats", "Prefetcher", "WhenFull"]
@@ -265,13 +266,15 @@ class Handoff:
         self._arrived.post_once()
 
 
-def _check_arguments(name: str, policy: str, max_items: int, max_bytes: int | None) -> None:
-    if policy not in _WHEN_FULL:
-        raise ValueError(f"{name}: policy must be 'block' or 'latest', got {policy!r}")
-    if max_items < 1:
-        raise ValueError(f"{name}: max_items must be >= 1, got {max_items}")
-    if max_bytes is not None and max_bytes < 1:
-        raise ValueError(f"{name}: max_bytes must be >= 1 or None, got {max_bytes}")
+def _check_arguments(name: str, policy: str, max_items: int, max_bytes: int | None) -> WhenFull:
+    """The policy, normalised; every argument checked (ArgumentError)."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"Prefetcher: name must be a non-empty str, got {name!r}")
+    policy = _args.choice(name, "policy", policy, _WHEN_FULL,
+                          allowed_text="'block' or 'latest'")  # fmt: skip
+    _args.integer(name, "max_items", max_items, low=1)
+    _args.integer(name, "max_bytes", max_bytes, low=1, none_ok=True)
+    return policy  # type: ignore[return-value]
 
 
 class Prefetcher(Generic[T]):
@@ -288,7 +291,8 @@ class Prefetcher(Generic[T]):
         name: used in messages.
 
     Raises:
-        ValueError: a bound below 1 or an unknown ``policy``.
+        ArgumentError: a bound below 1 or not an int, or an unknown ``policy`` (a
+            ValueError; ``policy`` in any case).
     """
 
     def __init__(
@@ -300,7 +304,9 @@ class Prefetcher(Generic[T]):
         on_drop: Callable[[T], None] | None = None,
         name: str = "prefetch",
     ) -> None:
-        _check_arguments(name, policy, max_items, max_bytes)
+        policy = _check_arguments(name, policy, max_items, max_bytes)
+        if on_drop is not None and not callable(on_drop):
+            raise ArgumentError(f"{name}: on_drop must be callable or None, got {on_drop!r}")
         self.name = name
         self.policy: WhenFull = policy
         self.max_items = max_items
@@ -344,7 +350,7 @@ class Prefetcher(Generic[T]):
             ValueError: ``nbytes`` above ``max_bytes``, negative, or a put after END.
         """
         if nbytes < 0 or (self.max_bytes is not None and nbytes > self.max_bytes):
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name}: item of {nbytes} bytes cannot fit max_bytes={self.max_bytes}; "
                 "raise max_bytes (the prefetch budget) or use smaller batches"
             )

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import mmap
+import numbers
 import threading
 import time
 import weakref
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
+from .. import _args
 from ..errors import ArgumentError, ClosedError, WaitTimeout
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._lifecycle import POLL_INTERVAL_S, Wakeups
@@ -164,9 +166,9 @@ class PoolCore:
         self.returned = Wakeups()  # a slot came back: a dropped view, a release
 
     def check_acquired(self, index: int) -> None:
-        """Raise ValueError unless slot ``index`` is acquired (lock held)."""
+        """Raise ArgumentError (a ValueError) unless slot ``index`` is acquired (lock held)."""
         if index not in self.acquired:
-            raise ValueError(
+            raise ArgumentError(
                 f"{self.name}: slot {index} is not acquired; pass a slot from acquire() "
                 "that was not released or leased since"
             )
@@ -429,11 +431,11 @@ class SlotStore:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if any(d < 0 for d in self.shape):
-            raise ValueError(f"{name}: shape must have no negative sizes, got {shape}")
+            raise ArgumentError(f"{name}: shape must have no negative sizes, got {shape}")
         self.item_nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.slot_nbytes = max(PAGE_SIZE, -(-self.item_nbytes // PAGE_SIZE) * PAGE_SIZE)
         if max_bytes is not None and max_bytes < count * self.slot_nbytes:
-            raise ValueError(
+            raise ArgumentError(
                 f"{name}: max_bytes={max_bytes} is below {count} slots of "
                 f"{self.slot_nbytes} bytes; raise max_bytes or lower count"
             )
@@ -497,6 +499,16 @@ class SlotStore:
         return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape)
 
 
+def _check_shape(name: str, shape: object) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape
+    ):
+        raise ArgumentError(f"{name}: shape must be a tuple of ints, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
 class SlotPool:
     """A pool of preallocated, reusable slots of one shape and dtype.
 
@@ -522,7 +534,8 @@ class SlotPool:
             ``edgeload.cuda.host_engine.HostEngine`` runs GPU modes on the CPU.
 
     Raises:
-        ValueError: bad count, shape, dtype or a ``max_bytes`` below ``count`` slots.
+        ArgumentError: bad count, shape, dtype, reserve or a ``max_bytes`` below
+            ``count`` slots (a ValueError); ``mode`` is accepted in any case.
         PlatformError: the mode is unavailable, or ``shm_dir`` is too small (the
             message names Docker's ``--shm-size``); callers may fall back to threads.
     """
@@ -541,10 +554,21 @@ class SlotPool:
         reserve: int = 1,
         engine: Any = None,
     ) -> None:
-        if count < 1:
-            raise ValueError(f"{name}: count must be >= 1, got {count}")
+        count = _args.integer(name, "count", count, low=1)
+        reserve = _args.integer(name, "reserve", reserve)
         if not 0 <= reserve <= count:
-            raise ValueError(f"{name}: reserve must be between 0 and count={count}, got {reserve}")
+            raise ArgumentError(
+                f"{name}: reserve must be between 0 and count={count}, got {reserve}"
+            )
+        max_bytes = _args.integer(name, "max_bytes", max_bytes, low=1, none_ok=True)
+        shared = _args.flag(name, "shared", shared)
+        if isinstance(mode, str):  # registered modes are checked where they are allocated
+            mode = mode.lower()  # type: ignore[assignment]
+        shape = _check_shape(name, shape)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as exc:
+            raise ArgumentError(f"{name}: dtype {dtype!r} is not a numpy dtype ({exc})") from exc
         self.name, self.reserve = name, reserve
         self._core = PoolCore(name)
         self._store = store = SlotStore(

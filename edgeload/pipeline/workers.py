@@ -30,8 +30,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ClosedError, EdgeloadError, WorkerError, WorkerTimeout
-from ..vocabulary import WorkerKind
+from .. import _args
+from ..errors import ArgumentError, ClosedError, EdgeloadError, WorkerError, WorkerTimeout
+from ..vocabulary import WORKER_KINDS, WorkerKind
 from ._failure import Failure, worker_error
 from ._lifecycle import (
     EXIT_JOIN_TIMEOUT_S,
@@ -106,7 +107,7 @@ class PendingTasks:
         index, count = self._next_index, self._num_workers
         wid = index % count if worker is None else worker
         if not 0 <= wid < count:
-            raise ValueError(f"{self._pool}: worker must be in 0..{count - 1}, got {wid}")
+            raise ArgumentError(f"{self._pool}: worker must be in 0..{count - 1}, got {wid}")
         return index, wid
 
     def add(self, index: int, wid: int) -> None:
@@ -298,15 +299,16 @@ def start_executor(
 
 def _check_arguments(
     name: str, kind: str, num_workers: int, timeout_s: float | None, threads_per_worker: int
-) -> None:
-    if kind not in ("thread", "process"):
-        raise ValueError(f"{name}: kind must be 'thread' or 'process', got {kind!r}")
-    if num_workers < 1:
-        raise ValueError(f"{name}: num_workers must be >= 1, got {num_workers}")
-    if timeout_s is not None and timeout_s <= 0:
-        raise ValueError(f"{name}: timeout_s must be > 0 or None, got {timeout_s}")
-    if threads_per_worker < 1:
-        raise ValueError(f"{name}: threads_per_worker must be >= 1, got {threads_per_worker}")
+) -> WorkerKind:
+    """The worker kind, normalised; every argument checked (ArgumentError)."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"WorkerPool: name must be a non-empty str, got {name!r}")
+    kind = _args.choice(name, "kind", kind, WORKER_KINDS,
+                        allowed_text="'thread' or 'process'")  # fmt: skip
+    _args.integer(name, "num_workers", num_workers, low=1)
+    _args.number(name, "timeout_s", timeout_s, above=0, none_ok=True)
+    _args.integer(name, "threads_per_worker", threads_per_worker, low=1)
+    return kind  # type: ignore[return-value]
 
 
 class WorkerPool:
@@ -330,8 +332,8 @@ class WorkerPool:
         name: used in thread/process names (``edgeload-<name>-<i>``) and messages.
 
     Raises:
-        ValueError: bad kind, count, timeout or start method; an unpicklable fn for
-            process workers.
+        ArgumentError: bad kind, count, timeout or start method (a ValueError; ``kind``
+            in any case); an unpicklable fn for process workers.
         PlatformError: ``fork`` requested after CUDA was initialised.
     """
 
@@ -348,7 +350,10 @@ class WorkerPool:
         seed: int = 0,
         name: str = "workers",
     ) -> None:
-        _check_arguments(name, kind, num_workers, timeout_s, threads_per_worker)
+        kind = _check_arguments(name, kind, num_workers, timeout_s, threads_per_worker)
+        _args.integer(name, "seed", seed)
+        if not callable(fn) or (init_fn is not None and not callable(init_fn)):
+            raise ArgumentError(f"{name}: fn and init_fn must be callable, got {fn!r}, {init_fn!r}")
         self.kind: WorkerKind = kind
         self.num_workers = num_workers
         self.timeout_s = timeout_s

@@ -206,7 +206,30 @@ class Platform:
     power_mode: str | None = None
     """Jetson power mode (``"MAXN (0)"``, ``"15W (2)"``) from ``nvpmodel``; None elsewhere."""
 
+    @property
+    def unsupported(self) -> str | None:
+        """Why edgeload does not support this board's software, or None.
+
+        JetPack 4 (L4T R32: Python 3.6, CUDA 10.2) is below the oldest stack edgeload
+        runs on (JetPack 5: Python 3.8).  A Tegra X1 or X2 board never gets a newer
+        JetPack, so it is named even where its release file is missing.
+        """
+        major = (self.l4t_release or "").split(".")[0]
+        jetpack4_only = self.soc in _JETPACK4_ONLY_SOCS
+        if self.family != "jetson" or not (major == "32" or (not major and jetpack4_only)):
+            return None
+        release = f"L4T R{self.l4t_release}" if self.l4t_release else "L4T R32"
+        board = f"; a {self.soc} board cannot run them" if jetpack4_only else ""
+        return (
+            f"this board's JetPack ({release}, JetPack 4) is not supported; JetPack 5 or 6 "
+            f"is needed{board}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The platform as plain JSON-serialisable data (tuples become lists)."""
         result: dict[str, Any] = _plain(self)
         return result
+
+
+# Tegra X1 (Nano, TX1) and X2 (TX2): JetPack 4.6 is their last release.
+_JETPACK4_ONLY_SOCS = ("tegra210", "tegra186")

@@ -26,10 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from .. import _args
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
 from .facts import Platform
-from .profile import Profile, load_profile
+from .profile import Profile, check_overrides, load_profile
 
 __all__ = [
     "PROCESS_WORKER_BYTES",
@@ -75,6 +76,8 @@ class Plan:
     usable_cores: int
     profile_source: str
     reasons: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What the user must know before trusting the plan (an unsupported JetPack)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain, JSON-serialisable data."""
@@ -107,9 +110,32 @@ class Plan:
             ("decode", self.decode_backend, self.reasons.get("decode", "")),
             ("profile", self.profile_source, ""),
         ]
+        rows += [("note", note, "") for note in self.notes]
         width = max(len(r[0]) for r in rows)
         return "\n".join(
             f"{name:<{width}}  {value}" + (f"  ({why})" if why else "") for name, value, why in rows
+        )
+
+
+def _check_plan_arguments(
+    streams: Any, frame: Any, item_bytes: Any, batch: Any, gil_bound: Any, live: Any,
+    finite: Any, prefetch_bytes: Any, profile: Any,
+) -> None:  # fmt: skip
+    owner = "plan_for"
+    _args.integer(owner, "streams", streams, low=1, none_ok=True)
+    if frame is not None:
+        _args.pair_of_ints(owner, "frame", frame, what="(width, height)")
+    _args.integer(owner, "item_bytes", item_bytes, low=0, none_ok=True)
+    _args.integer(owner, "batch", batch, low=1, none_ok=True)
+    for name, value in (("gil_bound", gil_bound), ("live", live)):
+        if value is not None:
+            _args.flag(owner, name, value)
+    _args.flag(owner, "finite", finite)
+    _args.integer(owner, "prefetch_bytes", prefetch_bytes, low=0, none_ok=True)
+    if profile is not None and not isinstance(profile, Profile):
+        raise ArgumentError(
+            f"plan_for: profile must be a Profile or None, got {type(profile).__name__}; "
+            "load one with edgeload.platform.profile.load_profile()"
         )
 
 
@@ -149,25 +175,26 @@ def plan_for(
             ``decode_backend``, ``thread_budget``) that win over every profile.
 
     Raises:
-        ProfileError: an override has a bad value.
-        ArgumentError: ``prefetch_bytes`` is negative.
+        ArgumentError: an argument of the wrong type or out of range (``prefetch_bytes``
+            negative, ``frame`` not a pair of ints), or an override with a bad key or
+            value (the named settings are accepted in any case).
+        ProfileError: a profile file holds a bad value.
         PlatformError: an explicit memory mode this device cannot give.
     """
+    _check_plan_arguments(streams, frame, item_bytes, batch, gil_bound, live, finite,
+                          prefetch_bytes, profile)  # fmt: skip
+    overrides = check_overrides(overrides)
     if platform is None:
         from .probe import probe
 
         platform = probe()
-    explicit = {k for k, v in overrides.items() if v is not None and v != "auto"}
+    explicit = {k for k, v in overrides.items() if v != "auto"}
     if profile is None:
         # The profile file's [video] or [dataset] table: the kind of loader planning.
         asking: Literal["dataset", "video"] = "video" if streams else "dataset"
         profile = load_profile(platform, workload=asking, **overrides)
     elif overrides:
-        profile = dataclasses.replace(
-            profile, **{k: v for k, v in overrides.items() if v is not None}
-        )
-    if prefetch_bytes is not None and prefetch_bytes < 0:
-        raise ArgumentError(f"prefetch_bytes must be >= 0, got {prefetch_bytes}")
+        profile = dataclasses.replace(profile, **overrides)
     reasons: dict[str, str] = {}
     usable = usable_cores(platform)
     budget = usable if profile.thread_budget == "auto" else int(profile.thread_budget)
@@ -200,6 +227,7 @@ def plan_for(
         usable_cores=usable,
         profile_source=profile.source,
         reasons=reasons,
+        notes=(platform.unsupported,) if platform.unsupported else (),
     )
 
 
@@ -345,6 +373,10 @@ def choose_threads(
     return ffmpeg, max(1, budget - decode), why
 
 
+# What the budget takes a fraction of where the device's RAM could not be read.
+_ASSUMED_AVAILABLE_BYTES = 1 << 30
+
+
 def choose_prefetch(
     work: Workload, count: int, profile: Profile, platform: Platform, prefetch_bytes: int | None
 ) -> tuple[int, int, str]:
@@ -352,11 +384,17 @@ def choose_prefetch(
     if prefetch_bytes is not None:
         budget_bytes, why = prefetch_bytes, "set by arguments"
     else:
-        fraction_of = _available_bytes(platform) or (1 << 30)
+        known = _available_bytes(platform)
+        fraction_of = known or _ASSUMED_AVAILABLE_BYTES
         raw = int(fraction_of * profile.prefetch_fraction)
         budget_bytes = min(max(raw, profile.prefetch_min_bytes), profile.prefetch_max_bytes)
+        of = (
+            f"{format_mib(fraction_of)} available"
+            if known
+            else f"an assumed {format_mib(fraction_of)} (RAM unknown)"
+        )
         why = (
-            f"{profile.prefetch_fraction:.0%} of {format_mib(fraction_of)} available, "
+            f"{profile.prefetch_fraction:.0%} of {of}, "
             f"within [{format_mib(profile.prefetch_min_bytes)}, {format_mib(profile.prefetch_max_bytes)}]"
         )
     slot_bytes = work.slot_bytes
@@ -443,14 +481,27 @@ def choose_decode_backend(
     if want == "ffmpeg":
         reasons["decode"] = "FFmpeg software decode"
         return "ffmpeg"
+    # The reason says what the probe found, so `edgeload probe` shows one story: the
+    # "hw decode" row and this line never disagree.
+    found = ", ".join(platform.hw_decoders)
     if not platform.live:
-        reasons["decode"] = "the board's OpenCV (JetPack / distro) has GStreamer hardware decode"
+        hardware = (
+            f"hardware decode with {found}" if found
+            else "its hardware decoders are not in this tree"
+        )  # fmt: skip
+        reasons["decode"] = (
+            f"GStreamer, as the board's OpenCV (JetPack / distro) has it; {hardware} "
+            "(OpenCV not inspected: not this machine)"
+        )
         return "gstreamer"
     if opencv is None or not opencv.gstreamer:
         have = "OpenCV is not importable" if opencv is None else "this OpenCV has no GStreamer"
         reasons["decode"] = f"GStreamer preferred for this board, but {have}: FFmpeg"
         return "ffmpeg"
-    reasons["decode"] = "OpenCV has GStreamer: hardware decode elements where the board has them"
+    reasons["decode"] = (
+        f"OpenCV has GStreamer: hardware decode with {found}" if found
+        else "OpenCV has GStreamer, but no hardware decoder was found: software decode"
+    )  # fmt: skip
     return "gstreamer"
 
 

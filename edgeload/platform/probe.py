@@ -26,6 +26,7 @@ Files are read through :class:`~edgeload.platform._read.Reader`, which never rai
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -198,7 +199,7 @@ def collect(root: str, *, live: bool) -> Platform:
                 notes.append(note)
         opencv = live_facts.ask_opencv(reader)
 
-    return Platform(
+    platform = Platform(
         family=board.family,
         model=board.model,
         model_reported=board.model_reported,
@@ -230,6 +231,9 @@ def collect(root: str, *, live: bool) -> Platform:
         hw_decoders=hw_decoders(reader, discrete_nvidia=gpu.present and not gpu.integrated),
         power_mode=read_power_mode(reader, live=live) if board.family == "jetson" else None,
     )
+    if platform.unsupported:
+        platform = dataclasses.replace(platform, notes=(*platform.notes, platform.unsupported))
+    return platform
 
 
 DT_DIRS = ("proc/device-tree", "sys/firmware/devicetree/base")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from .._compat import package_dir
-from ..errors import ProfileError
+from ..errors import ArgumentError, ProfileError
 from ..vocabulary import (
     AUTO,
     DECODE_BACKENDS,
@@ -127,6 +127,22 @@ def validate_settings(values: Mapping[str, Any], *, where: str) -> dict[str, Any
             f"{where}: prefetch_min_bytes ({lo}) is above prefetch_max_bytes ({hi}); swap or fix them"
         )
     return dict(values)
+
+
+def check_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile keys a caller passed (None dropped), the named settings in lower case.
+
+    Raises:
+        ArgumentError: an unknown key or a bad value (they are arguments, not a file:
+            a ValueError, named ``arguments: key``, with what is allowed).
+    """
+    given = {
+        k: v.lower() if isinstance(v, str) else v for k, v in overrides.items() if v is not None
+    }
+    try:
+        return validate_settings(given, where="arguments")
+    except ProfileError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def _is_int(value: Any) -> bool:
@@ -320,10 +336,12 @@ def load_profile(
             device is ignored with a warning.
         workload: the kind of loader asking, ``"dataset"`` or ``"video"``: a file's table
             of that name applies on top of its ``[profile]`` (None: ``[profile]`` only).
-        **overrides: profile keys given by the caller; they win over every file.
+        **overrides: profile keys given by the caller; they win over every file (the
+            named settings in any case).
 
     Raises:
-        ProfileError: a profile file or an override holds a bad key or value.
+        ProfileError: a profile file holds a bad key or value.
+        ArgumentError: an override is an unknown key or a bad value.
     """
     values: dict[str, Any] = {}
     sources = ["built-in"]
@@ -371,9 +389,9 @@ def load_profile(
                     mode,
                 )
 
-    given = {k: v for k, v in overrides.items() if v is not None}
+    given = check_overrides(overrides)
     if given:
-        values.update(validate_settings(given, where="arguments"))
+        values.update(given)
         sources.append("arguments")
     profile = Profile(**values, source=" < ".join(sources), stamp=stamp)
     if profile.prefetch_min_bytes > profile.prefetch_max_bytes:

@@ -98,6 +98,8 @@ class OpenBatches:
         """Give each stream its place (one place per stream); the next batch uses them."""
         with self._lock:
             self._rules.places = {sid: i for i, sid in enumerate(stream_ids)}
+            for batch in self._opens:
+                forget_removed(batch, self._rules.places)
             self._cond.notify_all()
             self._room.notify_all()
 
@@ -165,6 +167,8 @@ class Assembler(OpenBatches):
 
     def _claim(self, stream_id: int, latest: bool) -> tuple[OpenBatch, int] | None:
         while not self.stopped:  # the lock is held; a wait lets it go
+            if stream_id not in self._rules.places:
+                return None  # removed: its reader is stopping, and no frame of it ships
             found = self._rules.find(self._opens, stream_id, latest)
             if found is None and (not self._opens or (len(self._opens) < MAX_OPEN and (
                     not latest or self._opens[-1].sealing))):  # fmt: skip
@@ -212,8 +216,9 @@ class Assembler(OpenBatches):
                 captured_at: float) -> None:  # fmt: skip
         meta = batch.meta
         batch.writing -= 1
-        if seq is None:
-            meta.stream_id[place] = -1
+        if seq is None or int(meta.stream_id[place]) not in self._rules.places:
+            meta.stream_id[place] = -1  # abandoned, or its stream was removed meanwhile
+            seq = None
         else:
             meta.valid[place] = True
             batch.filled += 1
@@ -230,6 +235,22 @@ class Assembler(OpenBatches):
             self._cond.notify_all()
         if seq is None and self._waiting:
             self._room.notify_all()  # an abandoned place is room
+
+    def seal_empty(self) -> Sealed | None:
+        """A batch with no frame, for a consumer that waited a deadline while no stream
+        streams: the oldest open batch when it holds no frame, else a fresh one; None
+        when the oldest holds frames (it ships at its own deadline) or no slot is free."""
+        with self._lock:
+            if self._opens:
+                batch = self._opens[0]
+                if batch.filled or batch.writing:
+                    return None
+                self._opens.popleft()
+                if self._waiting:
+                    self._room.notify_all()
+                return batch.meta
+        fresh = self._pools.open_batch(self._rules.size())
+        return None if fresh is None else fresh.meta
 
     def seal_next(self) -> Sealed | None:
         """The mux thread's step: the oldest batch, sealed and out of the open ones, once
@@ -423,6 +444,17 @@ class Placement:
             return ready >= self.fixed - self._kept_free()
         waited = [self.places[s] for s in self.waited_for() if s in self.places]
         return bool(waited) and all(p < batch.size and valid[p] and not stale[p] for p in waited)
+
+
+def forget_removed(batch: OpenBatch, places: dict[int, int]) -> None:
+    """Drop the committed frames of streams no longer in ``places`` from ``batch`` (a
+    frame being written is dropped when it commits)."""
+    meta = batch.meta
+    for place, sid in enumerate(meta.stream_id.tolist()):
+        if sid >= 0 and sid not in places and meta.valid[place]:
+            meta.valid[place] = False
+            meta.stream_id[place] = -1
+            batch.filled -= 1
 
 
 def mark_stale(opens: Iterable[OpenBatch], latest: set[int]) -> None:

@@ -70,7 +70,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from .._deps import require_cv2
-from ..errors import SourceError
+from ..errors import SourceError, redact
 from ..pipeline._lifecycle import POLL_INTERVAL_S, scoped_environ
 from ..vocabulary import DecodeBackend, DecodeBackendSetting
 from ._gstreamer import (
@@ -635,7 +635,10 @@ class StallGuard:
         self.cuts += n
         if n:
             _log.info(
-                "edgeload: %s: %s; cut %d connection(s) to free the reader", self._url, why, n
+                "edgeload: %s: %s; cut %d connection(s) to free the reader",
+                redact(self._url),
+                why,
+                n,
             )
 
 

@@ -79,6 +79,8 @@ class Mux:
         slot_count: the plan's slot count (the queue is two shorter).
         memory_mode: the slots' memory mode. engine: the GPU engine behind it.
         active: the ids of the streams still delivering. tick: the watchdog.
+        all_down: whether no active stream can deliver now (live sources down); the
+            consumer then gets a batch with no frame at each deadline (:meth:`_idle`).
     """
 
     def __init__(
@@ -93,8 +95,11 @@ class Mux:
         engine: Any,
         active: Callable[[], list[int]],
         tick: Callable[[], None],
+        all_down: Callable[[], bool] = lambda: False,
     ) -> None:
         self._tick, self._place_shape = tick, tuple(slot_shape(1)[1:])
+        self._all_down, self._deadline_s = all_down, deadline_s
+        self._shipped_at = 0.0  # when the last batch went into the queue
         self.depth = 1 if all_latest else max(1, slot_count - 2)
         self.prefetch: Prefetcher[Sealed] = Prefetcher(
             max_items=self.depth,
@@ -157,6 +162,8 @@ class Mux:
                 self._tick()
                 next_tick = now + POLL_INTERVAL_S
             sealed = asm.seal_next()
+            if sealed is None and self._idle(now):
+                sealed = asm.seal_empty()
             if sealed is not None:
                 self._ship(sealed)
             elif asm.finished:
@@ -165,11 +172,22 @@ class Mux:
         if not asm.stopped:
             self.prefetch.put_end()
 
+    def _idle(self, now: float) -> bool:
+        """Whether the consumer has waited a deadline for a batch that cannot come: it
+        gets one with no frame, so a deployed loop keeps its cadence while every camera
+        is down (and ``WorkerTimeout`` means the mux itself is stuck)."""
+        demand = self.demand
+        if not demand.waiting or self.prefetch.stats().depth:
+            return False
+        since = max(demand.asked_at or 0.0, self._shipped_at)
+        return now - since >= self._deadline_s and self._all_down()
+
     def _ship(self, sealed: Sealed) -> None:
         nbytes = sealed.pool.item_nbytes
         while not self.assembler.stopped:
             try:
                 self.prefetch.put(sealed, nbytes=nbytes, timeout_s=POLL_INTERVAL_S)
+                self._shipped_at = time.monotonic()
                 return
             except TimeoutError:
                 continue
@@ -335,6 +353,7 @@ class Demand:
     def __init__(self, pending: Callable[[], int]) -> None:
         self._pending = pending
         self.waiting = False
+        self.asked_at: float | None = None
         self.taken_at: float | None = None
         self.consumer_s: float | None = None
         """Running estimate of the consumer's time between batches (its model)."""
@@ -346,6 +365,7 @@ class Demand:
             took = now - self.taken_at
             prev = self.consumer_s
             self.consumer_s = took if prev is None else prev + _SMOOTHING * (took - prev)
+        self.asked_at = now
         self.waiting = True
 
     def taken(self, now: float | None = None) -> None:

@@ -78,17 +78,21 @@ import numpy as np
 
 from .._compat import format_exception
 from .._deps import require_cv2
-from ..errors import SourceError
+from ..errors import SourceError, redact
 from ..pipeline._lifecycle import release_frames
 from ._capture import (
+    NETWORK_KINDS,
     GuardedCapture,
     StallGuard,
     Target,
+    cut_connections,
     guard_for,
     open_capture,
+    remote_addresses,
     resolve,
     threads_for_size,
 )
+from ._preflight import preflight
 from .source import SourceState, VideoSource
 
 # A sink takes the decoded BGR frame (only valid during the call) and its seq, pts_ms
@@ -99,6 +103,8 @@ Sink = Callable[[np.ndarray, int, float, float], bool]
 Wants = Callable[[float, float], bool]
 
 _log = logging.getLogger("edgeload")
+# A streaming reader with no frame for this long may be blocked in a read.
+_BLOCKED_AFTER_S = 0.5
 
 
 class StreamReader:
@@ -115,6 +121,8 @@ class StreamReader:
             ones), at most twice the open timeout in all.
         wants: asked after each grab whether to convert the frame (``latest``
             streams of a loader: see :class:`~edgeload.video._mux.Demand`); None: all.
+        fail_fast: a source whose first open fails is ``failed`` at once (the loader's
+            ``on_error="raise"``), instead of retrying with backoff.
     """
 
     def __init__(
@@ -128,6 +136,7 @@ class StreamReader:
         start_frame: int = 0,
         gate: list[threading.Event] | None = None,
         wants: Wants | None = None,
+        fail_fast: bool = False,
     ) -> None:
         self.source = source
         self.target = target
@@ -136,8 +145,9 @@ class StreamReader:
         # Only where OpenCV cannot time out network opens and reads (before 4.5.4)
         self._guard = guard_for(target, name=f"edgeload-video-{stream_id}-guard")
         self.connection = Connection(
-            source, target, ffmpeg_threads=ffmpeg_threads, gate=gate, guard=self._guard
-        )
+            source, target, ffmpeg_threads=ffmpeg_threads, gate=gate, guard=self._guard,
+            fail_fast=fail_fast,
+        )  # fmt: skip
         self.frame_loop = FrameLoop(
             source, sink=sink, wants=wants, start_frame=start_frame,
             report=self.connection.report,
@@ -160,6 +170,23 @@ class StreamReader:
         self._stop.set()
         if self._guard is not None:
             self._guard.stop()  # frees a read blocked on a silent camera
+        elif self._blocked_on_network():
+            # OpenCV's own timeouts end a blocked open or read only after up to
+            # open_timeout_s: shutting the connection down ends it now, so close() and
+            # remove() stay bounded (other streams of the same camera reconnect).
+            cut_connections(remote_addresses(self.target.open_string))
+
+    def _blocked_on_network(self) -> bool:
+        """Whether the thread may be inside an OpenCV network open or read right now."""
+        if self.target.backend != "ffmpeg" or self.target.kind not in NETWORK_KINDS:
+            return False
+        if not self._thread.is_alive() or self.connection.phase.done:
+            return False
+        if self.connection.opening:
+            return True
+        last = self.frame_loop.last_frame_at
+        streaming = self.connection.phase is SourceState.STREAMING
+        return streaming and (last is None or time.monotonic() - last > _BLOCKED_AFTER_S)
 
     def join(self, timeout_s: float) -> bool:
         """Wait for the thread; return whether it has ended."""
@@ -198,6 +225,7 @@ class Connection:
             ones), at most twice the open timeout in all.
         guard: the stall guard that times out blocking OpenCV calls, where this
             OpenCV cannot (see :mod:`edgeload.video._capture`); None: not needed.
+        fail_fast: a first open that fails makes the stream ``failed`` (no retries).
     """
 
     def __init__(
@@ -208,9 +236,13 @@ class Connection:
         ffmpeg_threads: int,
         gate: list[threading.Event] | None,
         guard: StallGuard | None,
+        fail_fast: bool = False,
     ) -> None:
         self.source, self.target = source, target
         self.ffmpeg_threads, self._gate, self._guard = ffmpeg_threads, gate, guard
+        self._fail_fast = fail_fast
+        self.opening = False  # inside cv2.VideoCapture(...) now
+        self.failures = 0  # failed opens in a row (the backoff's retry count)
         self._sized = False  # the first capture's size has chosen ffmpeg_threads
         self.phase = SourceState.CONNECTING
         self.opened = threading.Event()  # first open attempt finished (either way)
@@ -233,19 +265,22 @@ class Connection:
         failures = 0
         while not stop.is_set():
             self.phase = SourceState.RECONNECTING if ever_streamed else SourceState.CONNECTING
-            cap = self._open()
+            cap = self._open(stop)
             self.opened.set()
             if cap is None:
-                if self.unopenable:
+                if stop.is_set():
+                    break
+                if self.unopenable or (self._fail_fast and not ever_streamed):
                     self.phase = SourceState.FAILED
                     return
                 if not self._backoff(failures, stop):
                     return
                 failures += 1
+                self.failures = failures
                 continue
             if ever_streamed:
                 self.reconnects += 1
-            failures = 0
+            failures = self.failures = 0
             try:
                 outcome = frames.run(cap, stop, self._streaming)
             except Exception as exc:
@@ -266,12 +301,19 @@ class Connection:
     def _streaming(self) -> None:
         self.phase = SourceState.STREAMING
 
-    def _open(self) -> Any:
+    def _open(self, stop: threading.Event) -> Any:
         """One open attempt: the capture, or None with ``last_error`` saying why."""
         src = self.source
         self.attempts += 1
+        # What a check can tell is said before OpenCV tries (and logs) its own failure.
+        cause = preflight(src.kind, src.uri, timeout_s=src.open_timeout_s, stop=stop)
+        if cause is not None or stop.is_set():
+            if cause is not None:
+                self.report(cause)
+            return None
         started = time.monotonic()
         try:
+            self.opening = True
             try:
                 self.target = resolve(self.target, timeout_s=src.open_timeout_s)
             except SourceError as exc:  # no decoder for its codec: opening again won't help
@@ -285,11 +327,13 @@ class Connection:
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
             self.last_error = StreamFault.raised(exc, f"open raised {exc!r}")
             return None
+        finally:
+            self.opening = False
         # An earlier open that raised says more than this one, which returned nothing.
         last = self.last_error
         if cap is None and (last is None or not last.message.startswith("open raised")):
             took = time.monotonic() - started
-            self.report(f"could not open {self.target.open_string!r}" + (
+            self.report(f"could not open {redact(self.target.open_string)!r}" + (
                 f" (gave up after the {src.open_timeout_s:g} s open timeout)"
                 if took >= src.open_timeout_s * 0.9
                 else ""
@@ -691,7 +735,7 @@ class StreamFault:
     @classmethod
     def seen(cls, message: str) -> StreamFault:
         """A fault the reader found without an exception."""
-        return cls(exc=None, type_name="", message=message, traceback_text="")
+        return cls(exc=None, type_name="", message=redact(message), traceback_text="")
 
     @classmethod
     def raised(cls, exc: BaseException, message: str) -> StreamFault:
@@ -699,8 +743,9 @@ class StreamFault:
         text = "".join(format_exception(exc))
         # The finished frames' locals (decode buffers, batch slots) are not kept with it.
         release_frames(exc)
-        return cls(exc=exc, type_name=type(exc).__qualname__, message=message,
-                   traceback_text=text)  # fmt: skip
+        # Shown in stats() and raised on: OpenCV's text may hold the URL, so no password.
+        return cls(exc=exc, type_name=type(exc).__qualname__, message=redact(message),
+                   traceback_text=redact(text))  # fmt: skip
 
 
 def stalled(reader: StreamReader, now: float) -> bool:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import redact
 from ..measure import percentile
 from ._capture import rtsp_transport_used
 
@@ -63,10 +64,10 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
     now = time.monotonic()
     out: dict[str, Any] = {
         "id": stream.sid,
-        "name": src.name,
+        "name": redact(src.name),
         "kind": src.kind,
         "backend": target.backend,
-        "pipeline": target.open_string,
+        "pipeline": redact(target.open_string),
         "rtsp_transport": _transport(src, target),
         "policy": src.policy,
         "state": "pending" if reader is None else reader.connection.phase.value,
@@ -89,7 +90,7 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             ffmpeg_threads=conn.ffmpeg_threads if target.backend == "ffmpeg" else None,
             reconnects=conn.reconnects,
             attempts=conn.attempts,
-            last_error=None if conn.last_error is None else conn.last_error.message,
+            last_error=None if conn.last_error is None else redact(conn.last_error.message),
             last_frame_age_ms=None if age is None else round(age, 1),
             retry_in_s=None if conn.retry_at is None else round(conn.retry_at - now, 2),
             position=frames.playhead.position,

@@ -17,9 +17,10 @@ import enum
 import os
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
-from ..errors import SourceError
+from .. import _args
+from ..errors import ArgumentError, SourceError, redact
 from ..vocabulary import DecodeBackendSetting
 from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify
 
@@ -77,7 +78,7 @@ class VideoSource:
         policy: ``latest`` (drop the oldest, count drops) or ``every`` (back-pressure);
             None: ``latest`` for live inputs, ``every`` for files.
         backend: ``auto`` (the plan's choice), ``gstreamer`` or ``ffmpeg``.
-        name: a label for stats; default the uri.
+        name: a label for stats; default the uri with its password hidden.
         open_timeout_s: network opens give up after this long (OpenCV's FFmpeg opens
             hold a global lock, so a silent camera must not hold it for long).
         read_timeout_s: a network read gives up after this long.
@@ -90,9 +91,15 @@ class VideoSource:
             one.  UDP loses packets (smeared frames) on busy networks and does not
             pass most NATs; ask for it only for a camera that cannot do TCP.
 
+    Attributes:
+        uri: the input as given; only the code that opens it reads it.
+        display: ``uri`` with a URL's password hidden (:func:`edgeload.errors.redact`):
+            what messages, logs, ``stats()`` and ``repr()`` show.
+
     Raises:
         SourceError: the input cannot be used (named, with what to do instead).
-        ValueError: an option is out of range.
+        ArgumentError: an option is of the wrong type or out of range (a ValueError);
+            the settings typed as ``Literal`` are accepted in any case.
     """
 
     def __init__(
@@ -112,50 +119,42 @@ class VideoSource:
         max_retries: int | None = None,
         rtsp_transport: RtspTransport | None = None,
     ) -> None:
-        kind, value = classify(uri)
+        kind, value = classify(uri)  # SourceError for what is no source (None, 3.5)
         self.uri: str | int = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
+        # What messages, logs, stats() and repr() show: the URI with its password hidden.
+        # Only the opening code reads ``uri`` itself.
+        self.display = redact(self.uri)
         self.kind: SourceKind = kind
         self.value = value
+        owner = f"video source {self.display!r}"
+        loop = _args.flag(owner, "loop", loop)
+        realtime = _args.flag(owner, "realtime", realtime)
         if (loop or realtime) and kind != "file":
-            raise ValueError(f"video source {self.uri!r}: loop= and realtime= apply to files only")
-        if fps is not None and not fps > 0:
-            raise ValueError(f"video source {self.uri!r}: fps must be > 0 or None, got {fps}")
-        if policy is not None and policy not in _POLICIES:
-            raise ValueError(
-                f"video source {self.uri!r}: policy must be one of {_POLICIES}, got {policy!r}"
-            )
-        if backend not in _BACKENDS:
-            raise ValueError(
-                f"video source {self.uri!r}: backend must be one of {_BACKENDS}, got {backend!r}"
-            )
-        if rtsp_transport is not None and (rtsp_transport not in _TRANSPORTS or kind != "rtsp"):
-            raise ValueError(
-                f"video source {self.uri!r}: rtsp_transport must be one of {_TRANSPORTS} "
+            raise ArgumentError(f"{owner}: loop= and realtime= apply to files only")
+        fps = _args.number(owner, "fps", fps, above=0, none_ok=True)
+        policy = _args.choice(owner, "policy", policy, _POLICIES, none_ok=True)
+        backend = _args.choice(owner, "backend", backend, _BACKENDS)
+        rtsp_transport = _args.choice(
+            owner, "rtsp_transport", rtsp_transport, _TRANSPORTS, none_ok=True
+        )
+        if rtsp_transport is not None and kind != "rtsp":
+            raise ArgumentError(
+                f"{owner}: rtsp_transport must be one of {_TRANSPORTS} "
                 f"and given for rtsp:// sources only, got {rtsp_transport!r}"
             )
-        for label, value_s in (
-            ("open_timeout_s", open_timeout_s),
-            ("read_timeout_s", read_timeout_s),
-            ("stall_timeout_s", stall_timeout_s),
-        ):
-            if not value_s > 0:
-                raise ValueError(f"video source {self.uri!r}: {label} must be > 0, got {value_s}")
-        if not 0 < backoff_s[0] <= backoff_s[1]:
-            raise ValueError(
-                f"video source {self.uri!r}: backoff_s must be (first, cap) with "
-                f"0 < first <= cap, got {backoff_s}"
-            )
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ArgumentError(f"{owner}: name must be a non-empty str or None, got {name!r}")
+        self.open_timeout_s = _args.number(owner, "open_timeout_s", open_timeout_s, above=0)
+        self.read_timeout_s = _args.number(owner, "read_timeout_s", read_timeout_s, above=0)
+        self.stall_timeout_s = _args.number(owner, "stall_timeout_s", stall_timeout_s, above=0)
+        self.backoff_s = _check_backoff(owner, backoff_s)
+        self.max_retries = _args.integer(owner, "max_retries", max_retries, low=0, none_ok=True)
         self.loop = loop
         self.realtime = realtime
         self.fps = fps
-        self.backend = backend
-        self.name = name or str(self.uri)
-        self.open_timeout_s = open_timeout_s
-        self.read_timeout_s = read_timeout_s
-        self.stall_timeout_s = stall_timeout_s
-        self.backoff_s = backoff_s
-        self.max_retries = max_retries
-        self.rtsp_transport = rtsp_transport
+        self.backend: DecodeBackendSetting = backend
+        self.name: str = name or self.display
+        self.rtsp_transport: RtspTransport | None = rtsp_transport
         self.policy: Policy = policy or ("latest" if self.live else "every")
 
     @property
@@ -176,21 +175,33 @@ class VideoSource:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def __repr__(self) -> str:
-        return f"VideoSource({self.uri!r}, kind={self.kind!r}, policy={self.policy!r})"
+        shown = self.display if isinstance(self.uri, str) else self.uri
+        return f"VideoSource({shown!r}, kind={self.kind!r}, policy={self.policy!r})"
+
+
+def _check_backoff(owner: str, backoff_s: object) -> tuple[float, float]:
+    allowed = "a pair (first, cap) of finite seconds with 0 < first <= cap"
+    if not isinstance(backoff_s, (tuple, list)) or len(backoff_s) != 2:
+        raise ArgumentError(f"{owner}: backoff_s must be {allowed}, got {backoff_s!r}")
+    first = cast(float, _args.number(owner, "backoff_s[0] (first)", backoff_s[0], above=0))
+    cap = cast(float, _args.number(owner, "backoff_s[1] (cap)", backoff_s[1], above=0))
+    if first > cap:
+        raise ArgumentError(f"{owner}: backoff_s must be {allowed}, got {tuple(backoff_s)!r}")
+    return first, cap
 
 
 def as_source(source: VideoSource | str | int | os.PathLike[str]) -> VideoSource:
     """Wrap a plain string, path or index as a :class:`VideoSource` with its defaults.
 
     Raises:
-        SourceError: as :class:`VideoSource`.
+        SourceError, ArgumentError: as :class:`VideoSource`.
     """
     if isinstance(source, VideoSource):
         return source
     if isinstance(source, (str, int, os.PathLike)) and not isinstance(source, bool):
         return VideoSource(source)
     raise SourceError(
-        f"video source {source!r}: expected a path, URL, camera index, pipeline or "
+        f"video source {redact(repr(source))}: expected a path, URL, camera index, pipeline or "
         f"edgeload.VideoSource, got {type(source).__name__}",
         source=source,
     )

@@ -49,13 +49,15 @@ from typing import Any, Callable, Literal, Union
 
 import numpy as np
 
+from .. import _args
 from .._compat import zip_strict
 from .._deps import require_cv2, require_torch
 from ..checkpoint import KEY_LOADER, KEY_VERSION, check_version
-from ..errors import ClosedError, SourceError, StateError, redact
+from ..errors import ArgumentError, ClosedError, SourceError, StateError, redact
 from ..pipeline._lifecycle import Lifecycle, join_threads, weak_call
 from ..pipeline.prefetch import END
 from ..platform.profile import Profile
+from ..vocabulary import AUTO, MEMORY_MODES
 from ._assembler import Assembler, Sealed
 from ._capture import Target, build_target
 from ._gstreamer import Output, hardware_decoder
@@ -64,7 +66,7 @@ from ._reader import _TRUNCATION_SLACK_FRAMES, Sink, StreamReader, Wants, seek, 
 from ._resize import Color, FrameWriter, Layout, ResizeMode
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
-from .source import FrameInfo, Policy, VideoSource, as_source
+from .source import FrameInfo, Policy, SourceState, VideoSource, as_source
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]
 
@@ -103,7 +105,10 @@ class StreamLoader:
 
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
-        ValueError: an option is out of range.
+        ArgumentError: an option is of the wrong type or out of range (a ValueError;
+            ``sources`` a lone string instead of a list, ``size=640``, ``batch="4"``,
+            ``timeout_s=-1``, NaN); ``layout``, ``color``, ``resize``, ``policy``,
+            ``on_error`` and ``memory_mode`` are accepted in any case.
     """
 
     def __init__(
@@ -125,6 +130,16 @@ class StreamLoader:
         engine: Any = None,
     ) -> None:
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
+        sources = check_sources(sources)
+        memory_mode = _args.choice("StreamLoader", "memory_mode", memory_mode,
+                                   (AUTO, *MEMORY_MODES))  # fmt: skip
+        deadline_ms = _args.number("StreamLoader", "deadline_ms", deadline_ms, above=0,
+                                   none_ok=True)  # fmt: skip
+        if profile is not None and not isinstance(profile, Profile):
+            raise ArgumentError(
+                f"StreamLoader: profile must be an edgeload Profile or None, got "
+                f"{type(profile).__name__}; load one with edgeload.platform.profile.load_profile()"
+            )
         self.size = opts.size
         self._resize = opts.resize
         # Whether the loader is open; the threads hold only this (a weak call), never
@@ -136,7 +151,7 @@ class StreamLoader:
             table.add(src)
         streams = table.entries()
         if not streams:
-            raise ValueError("StreamLoader: no sources given; pass at least one")
+            raise ArgumentError("StreamLoader: no sources given; pass at least one")
         live = any(s.source.policy == "latest" for s in streams)
         # Files read once, as fast as they decode: the job ends with its costliest file.
         finite = all(
@@ -153,12 +168,13 @@ class StreamLoader:
             all_latest=all(s.source.policy == "latest" for s in streams),
             slot_count=self.plan.slot_count, memory_mode=self._memory[0], engine=engine,
             active=table.active, tick=lambda: watchdog(table.entries()),
+            all_down=table.all_down,
         )  # fmt: skip
         table.keep_placed(mux.assembler.set_streams)
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=running,
             ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
-            fresh_for=mux.fresh_for,
+            fresh_for=mux.fresh_for, fail_fast=opts.on_error == "raise",
         )  # fmt: skip
         self._delivery = Delivery(table, mux, copier=copier, raise_errors=opts.on_error == "raise",
                                   timeout_s=opts.timeout_s)  # fmt: skip
@@ -307,6 +323,33 @@ def target_for(
                         output=Output(size=size, resize=resize, fps=src.fps))  # fmt: skip
 
 
+def check_sources(sources: object) -> list[Any]:
+    """``sources`` as a list, refused when it is one source instead of several.
+
+    Raises:
+        ArgumentError: None, a lone path, URL, index or VideoSource (with the list to
+            pass instead), or not iterable.
+    """
+    if isinstance(sources, (str, bytes, int, os.PathLike, VideoSource)) or sources is None:
+        shown = redact(repr(sources.display if isinstance(sources, VideoSource) else
+                            os.fspath(sources) if isinstance(sources, os.PathLike) else
+                            sources))  # fmt: skip
+        hint = (
+            f"; for one source pass a list: StreamLoader([{shown}])" if sources is not None else ""
+        )
+        raise ArgumentError(
+            f"StreamLoader: sources must be a list of paths, URLs, camera indices, pipelines "
+            f"or VideoSource, got {type(sources).__name__} {shown}{hint}"
+        )
+    try:
+        return list(sources)  # type: ignore[call-overload,no-any-return]
+    except TypeError:
+        raise ArgumentError(
+            f"StreamLoader: sources must be a list of sources, got {type(sources).__name__} "
+            f"{redact(repr(sources))}"
+        ) from None
+
+
 OnError = Literal["continue", "raise"]
 
 
@@ -315,7 +358,8 @@ class StreamSettings:
     """What the loader's arguments ask for; made in its constructor, never changed.
 
     Raises:
-        ValueError: an option is out of range (named, with the allowed values).
+        ArgumentError: an option is of the wrong type or out of range (named, with the
+            allowed values).
     """
 
     size: tuple[int, int]
@@ -332,21 +376,23 @@ class StreamSettings:
     """Places per batch; None: one per stream."""
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("layout", self.layout, ("NHWC", "NCHW")),
-            ("color", self.color, ("bgr", "rgb")),
-            ("resize", self.resize, ("stretch", "letterbox")),
-            ("on_error", self.on_error, ("continue", "raise")),
-            ("policy", self.policy, ("latest", "every", None)),
+        # Each setting is checked and normalised here, once: the Literal ones in any case.
+        owner = "StreamLoader"
+        for name, allowed in (
+            ("layout", ("NHWC", "NCHW")),
+            ("color", ("bgr", "rgb")),
+            ("resize", ("stretch", "letterbox")),
+            ("on_error", ("continue", "raise")),
         ):
-            if value not in allowed:
-                raise ValueError(f"StreamLoader: {name} must be one of {allowed}, got {value!r}")
-        size = self.size
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"StreamLoader: size must be (width, height) > 0, got {size}")
-        if self.batch is not None and self.batch < 1:
-            raise ValueError(f"StreamLoader: batch must be >= 1 or None, got {self.batch}")
-        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+            object.__setattr__(self, name, _args.choice(owner, name, getattr(self, name), allowed))
+        policy = _args.choice(owner, "policy", self.policy, ("latest", "every"), none_ok=True)
+        object.__setattr__(self, "policy", policy)
+        size = _args.pair_of_ints(owner, "size", self.size, what="(width, height)")
+        object.__setattr__(self, "size", size)
+        batch = _args.integer(owner, "batch", self.batch, low=1, none_ok=True)
+        object.__setattr__(self, "batch", batch)
+        object.__setattr__(self, "timeout_s", _args.number(owner, "timeout_s", self.timeout_s,
+                                                           above=0))  # fmt: skip
 
     def writer(self) -> FrameWriter:
         """A fresh frame writer for one stream."""
@@ -497,6 +543,20 @@ class StreamTable:
             s.sid for s in self.entries() if s.reader is None or not s.reader.connection.phase.done
         ]
 
+    def all_down(self) -> bool:
+        """Whether no active stream can deliver now: each has tried its first open and
+        none is streaming, and one is live (it may come back; a file is only starting)."""
+        streams = [
+            s for s in self.entries() if s.reader is None or not s.reader.connection.phase.done
+        ]
+        live = False
+        for stream in streams:
+            conn = None if stream.reader is None else stream.reader.connection
+            if conn is None or not conn.opened.is_set() or conn.phase is SourceState.STREAMING:
+                return False
+            live = live or stream.source.live
+        return live
+
     def phases(self) -> dict[str, str]:
         """Each stream's connection phase by name (``pending`` before its reader starts)."""
         return {s.source.name: s.reader.connection.phase.value if s.reader else "pending"
@@ -556,6 +616,7 @@ def reader_for(
     ffmpeg_threads: int,
     wants_for: Callable[[int, bool], Wants | None],
     fresh_for: Callable[[int, bool], FreshFrame | None],
+    fail_fast: bool = False,
 ) -> StreamReader:
     """The reader of ``stream``, writing into ``asm``'s batches; it resumes after the last
     frame the consumer received, and only a network source waits for ``gate``."""
@@ -567,7 +628,7 @@ def reader_for(
         stream_id=stream.sid, sink=make_sink(asm, stream, running, fresh_for(stream.sid, latest)),
         ffmpeg_threads=ffmpeg_threads, start_frame=stream.last_seq + 1,
         gate=gate if src.network else None,
-        wants=wants_for(stream.sid, latest),
+        wants=wants_for(stream.sid, latest), fail_fast=fail_fast,
     )  # fmt: skip
 
 
@@ -608,7 +669,9 @@ class Delivery:
             self._mux.handed(item, lambda sid: self._table.get(sid) is not None)
             # One copy of the table a batch (its dict's own get per place): not a
             # locked lookup per frame.
-            return build_batch(item, self._table.snapshot().get, self.telemetry, self._copier)
+            streams = self._table.snapshot()
+            drop_removed(item, streams)
+            return build_batch(item, streams.get, self.telemetry, self._copier)
         except BaseException:
             # Ctrl-C (or an error) before the slot was leased: it is neither leased nor
             # queued, so it goes back to its pool here; lost, each would cost a slot.
@@ -622,6 +685,15 @@ class Delivery:
         raise_failures(self._table.entries(), raise_=self._raise_errors)
 
 
+def drop_removed(sealed: Sealed, streams: dict[int, StreamEntry]) -> None:
+    """Mark the frames of streams removed since ``sealed`` was shipped not valid: no
+    frame of a stream arrives after ``remove()`` returned."""
+    for place, sid in enumerate(sealed.stream_id.tolist()):
+        if sid >= 0 and sid not in streams:
+            sealed.valid[place] = False
+            sealed.stream_id[place] = -1
+
+
 def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
     """Report each stream that ended with an error once: raise SourceError, or log it."""
     for stream in streams:
@@ -633,7 +705,11 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         stream.error_reported = True
         message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error.message}"
         if raise_:
-            raise SourceError(message, source=stream.source.uri) from conn.last_error.exc
+            cause = conn.last_error.exc
+            # A cause whose text holds a password would print it in the traceback.
+            if cause is not None and redact(str(cause)) != str(cause):
+                raise SourceError(message, source=stream.source.uri) from None
+            raise SourceError(message, source=stream.source.uri) from cause
         _log.warning("edgeload: %s", message)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeload.errors import PlatformError, ProfileError
+from edgeload.errors import ArgumentError, PlatformError
 from edgeload.platform.plan import plan_for, slot_count, tasks_in_flight
 from edgeload.platform.probe import probe
 
@@ -133,7 +133,7 @@ def test_overrides_win_and_bad_ones_are_named():
     assert (plan.worker_kind, plan.num_workers) == ("process", 3)
     assert plan.reasons["workers"] == "set by arguments"
     assert plan.profile_source.endswith("< arguments")
-    with pytest.raises(ProfileError, match="num_workers must be"):
+    with pytest.raises(ArgumentError, match="num_workers must be"):
         plan_for(item_bytes=100, platform=platform, num_workers=-1)
     with pytest.raises(ValueError, match="prefetch_bytes must be >= 0"):
         plan_for(item_bytes=100, platform=platform, prefetch_bytes=-5)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeload.errors import ProfileError
+from edgeload.errors import ArgumentError, ProfileError
 from edgeload.platform.probe import probe
 from edgeload.platform.profile import (
     PROFILE_ENV,
@@ -143,8 +143,8 @@ def test_missing_tuned_profile_named_by_env_is_an_error(tmp_path, monkeypatch):
         load_profile(probe(FIXTURES / "rpi4"))
 
 
-def test_bad_keyword_argument_is_a_profile_error():
-    with pytest.raises(ProfileError, match=r"arguments: worker_kind must be one of"):
+def test_bad_keyword_argument_is_an_argument_error():
+    with pytest.raises(ArgumentError, match=r"arguments: worker_kind must be one of"):
         load_profile(probe(FIXTURES / "rpi4"), tuned=None, worker_kind="green")
 
 

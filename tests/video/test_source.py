@@ -252,7 +252,7 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
         time.sleep(0.01)
     assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
     assert reader.connection.attempts >= 3
-    assert "could not open" in reader.connection.last_error.message
+    assert "refused" in reader.connection.last_error.message  # the cause, found first
     reader.stop()
     assert reader.join(3)
     assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
