@@ -19,6 +19,7 @@ from .errors import (
     PlatformError,
     ProfileError,
     SourceError,
+    StateError,
     WorkerError,
     WorkerTimeout,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "PlatformError",
     "ProfileError",
     "SourceError",
+    "StateError",
     "StreamLoader",
     "VideoSource",
     "WorkerError",

@@ -7,6 +7,7 @@ all of them::
     ├── PlatformError        board not recognised, or it cannot do what was asked
     ├── ArgumentError        a bad argument to a function or command (also a ValueError)
     ├── ProfileError         bad value in a profile file (also a ValueError)
+    ├── StateError           a saved state this loader cannot resume (also a ValueError)
     ├── SourceError          a stream could not be opened or read
     ├── WorkerError          a worker raised or died; the original is __cause__
     │   ├── <Original>       a DataLoader sample raised Original: also an Original
@@ -42,6 +43,7 @@ __all__ = [
     "PlatformError",
     "ProfileError",
     "SourceError",
+    "StateError",
     "WaitTimeout",
     "WorkerDied",
     "WorkerError",
@@ -128,6 +130,13 @@ class ArgumentError(EdgeloadError, ValueError):
 
 class ProfileError(EdgeloadError, ValueError):
     """A profile file or profile value is invalid."""
+
+
+class StateError(EdgeloadError, ValueError):
+    """A saved state (``state_dict()``, a state file) that this loader cannot resume.
+
+    The message names the file or the key, the bad value and what to do.
+    """
 
 
 class SourceError(EdgeloadError):

@@ -137,7 +137,7 @@ def test_data_loader_arguments_are_named(kw, match):
     [
         ({"count": True}, r"count must be an int >= 1, got True"),
         ({"count": 2.0}, r"count must be an int"),
-        ({"count": 2, "reserve": 3}, r"reserve must be between 1 and count=2, got 3"),
+        ({"count": 2, "reserve": 3}, r"reserve must be between 0 and count=2, got 3"),
         ({"count": 2, "max_bytes": "1e9"}, r"max_bytes must be an int"),
         ({"count": 1, "shared": "yes"}, r"shared must be True or False"),
     ],

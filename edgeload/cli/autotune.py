@@ -130,5 +130,5 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:
         return 130
     if result.winner is None:
-        raise ProfileError(f"no configuration passed: {result.reason}; raise --max-memory")
+        raise ProfileError(f"nothing written: {result.reason}")
     return 0

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.streams < 1:
         raise PlatformError(f"--streams must be >= 1, got {args.streams}")
     platform = probe(args.root)
-    profile = load_profile(platform)
+    profile = load_profile(platform, workload="video")  # the plan below is a video plan
     plan = plan_for(streams=args.streams, frame=args.frame, platform=platform, profile=profile)
     sources = [_target(uri, platform, plan) for uri in args.source]
     bad = [src for src in sources if "error" in src]

@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, Iterator
@@ -104,6 +105,11 @@ class EpochIterator(Iterator[Any]):
         self._num_yielded = 0
         self._done = False
         self.skipped = 0
+        # One next() at a time: callers in several threads each get whole batches, one
+        # caller each, and all get StopIteration at the end, as from torch's iterator.
+        # A second caller waits for the first's batch, whose own wait is bounded by
+        # the loader's timeout.
+        self._next_lock = threading.Lock()
 
     @property
     def done(self) -> bool:
@@ -127,7 +133,8 @@ class EpochIterator(Iterator[Any]):
 
     def __next__(self) -> Any:
         try:
-            return self._next()
+            with self._next_lock:
+                return self._next()
         except WorkerError as exc:
             # A kept error must not keep this iterator, the loader and its shared
             # memory alive: a dead worker's segments go when the loader is dropped.
@@ -629,6 +636,9 @@ class LoaderSlots:
             shared=self._shared,
             name="edgeload-loader-slots",
             engine=self._engine if mode != "host" else None,
+            # No task waits for a slot (one finding none writes fresh memory), so none
+            # is held back from the consumer: a batch is a view whenever a slot was free.
+            reserve=0,
         )
 
     @property

@@ -213,8 +213,11 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     elif pin and not gpu_usable(asked.engine):
         _log.warning("edgeload: pin_memory=True but no CUDA device: batches stay unpinned")
         pin = False
-    # LoaderSettings.max_in_flight caps this further by the prefetch budget.
-    in_flight = tasks_in_flight(count, asked.prefetch_factor)
+    # LoaderSettings.max_in_flight caps this further by the prefetch budget.  Without
+    # workers the calling thread loads one task at a time: one in flight all the same,
+    # and the slots must count it, or a plain loop (which holds the previous batch while
+    # the next is loaded) leaves the pool no slot to spare and gets copies.
+    in_flight = tasks_in_flight(count, asked.prefetch_factor) if count > 0 else 1
     _log.info("edgeload: DataLoader plan: %d %s worker(s); %s", count, kind, plan.reasons)
     return LoaderChoice(
         plan=plan,

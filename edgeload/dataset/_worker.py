@@ -722,6 +722,21 @@ def restore_rng(info: Any, snapshot: list[Any]) -> None:
         tg.set_state(raw)
 
 
+def check_rng(snapshot: Any) -> None:
+    """Raise (TypeError, ValueError...) unless :func:`restore_rng` can put ``snapshot``
+    back: it is restored into fresh generators, so a loaded state fails when loaded,
+    not in a worker at the next ``iter()``."""
+    torch = require_torch()
+    info = types.SimpleNamespace(
+        rng=types.SimpleNamespace(
+            random_generator=random.Random(),
+            numpy_generator=np.random.RandomState(),
+            torch_generator=torch.Generator(),
+        )
+    )
+    restore_rng(info, snapshot)
+
+
 # Seeding calls in a thread worker reach its own generators ----------------------------
 
 _lock = threading.Lock()

@@ -53,7 +53,14 @@ from ._settings import (
     plan_request,
     resolve_plan,
 )
-from ._state import EpochProgress, LoaderState, apply_loader_state, begin_epoch, loader_state
+from ._state import (
+    EpochProgress,
+    LoaderState,
+    apply_loader_state,
+    begin_epoch,
+    loader_state,
+    state_fit,
+)
 from ._worker import get_worker_info, install_seed_hooks, install_torch_hook
 
 __all__ = ["DataLoader", "get_worker_info"]
@@ -393,18 +400,37 @@ class DataLoader(Generic[T_co]):
             self._state,
             num_workers=self._choice.num_workers,
             worker_kind=self._choice.worker_kind,
+            fit=state_fit(self._sampling, self.dataset),
             live=self._live_state(),
             generator=self.generator,
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next ``iter()``.
+        """Continue from ``state`` at the next ``iter()``; it is checked now.
+
+        A state taken mid-epoch resumes only onto the dataset length, sampler, batch
+        size and worker count it was taken with (threads and processes are
+        interchangeable); one taken between epochs fits any.
 
         Raises:
-            ValueError: not a loader state, or one of another version.
+            StateError: not a DataLoader state (a StreamLoader's, an edited one), one of
+                another version, a key of the wrong type or out of range (``tasks_done``
+                past the end of this loader's epoch), or a mid-epoch state that does not
+                fit this loader (the message names the key and what to pass). A
+                ValueError. Nothing is changed then.
         """
         self._abandon()
-        apply_loader_state(self._state, state, generator=self.generator)
+        workers: int | None = None
+        if self._lifecycle is not Lifecycle.CLOSED:
+            self._resolve()
+            workers = self._choice.num_workers
+        apply_loader_state(
+            self._state,
+            state,
+            generator=self.generator,
+            fit=state_fit(self._sampling, self.dataset),
+            num_workers=workers,
+        )
 
     def stats(self) -> dict[str, Any]:
         """Counters: batches, epochs, samples skipped (and the last few), workers, memory

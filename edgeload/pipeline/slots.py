@@ -524,10 +524,12 @@ class SlotPool:
         name: used in messages.
         shm_dir: the shared-memory directory (tests point it at a small tmpfs).
         reserve: slots that always stay out of the consumer's hands, for the producers
-            (1 .. count): a lease that would leave fewer grows the pool within
+            (0 .. count): a lease that would leave fewer grows the pool within
             ``max_bytes`` or is delivered as a copy. Set it to the number of slots the
             pipeline fills at once (open batches, in-flight tasks) when the consumer may
-            keep batches.
+            keep batches and producers wait for a slot; 0 when they never wait (they
+            take a slot with ``timeout_s=0`` and go without one when none is free, as
+            the DataLoader's tasks do): then every lease is a view.
         engine: the GPU engine of a GPU mode (default: CUDA through torch);
             ``edgeload.cuda.host_engine.HostEngine`` runs GPU modes on the CPU.
 
@@ -554,9 +556,9 @@ class SlotPool:
     ) -> None:
         count = _args.integer(name, "count", count, low=1)
         reserve = _args.integer(name, "reserve", reserve)
-        if not 1 <= reserve <= count:
+        if not 0 <= reserve <= count:
             raise ArgumentError(
-                f"{name}: reserve must be between 1 and count={count}, got {reserve}"
+                f"{name}: reserve must be between 0 and count={count}, got {reserve}"
             )
         max_bytes = _args.integer(name, "max_bytes", max_bytes, low=1, none_ok=True)
         shared = _args.flag(name, "shared", shared)

@@ -24,7 +24,7 @@ import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .. import _args
 from ..errors import ArgumentError, PlatformError
@@ -169,7 +169,9 @@ def plan_for(
         item_bytes: bytes of one dataset sample after its transforms (a dataset workload).
         batch: batch size; video defaults to one frame per stream.
         platform: the device; default :func:`edgeload.platform.probe.probe` of this machine.
-        profile: the merged profile; default :func:`edgeload.platform.profile.load_profile`.
+        profile: the merged profile; default :func:`edgeload.platform.profile.load_profile`
+            for a video loader (``streams``) or a dataset one (its ``[video]`` or
+            ``[dataset]`` table).
         gil_bound: True if the per-item Python work holds the GIL (then process workers
             pay off where memory allows); None means unknown (threads).
         live: for video, whether any stream is live (latency first); False means every
@@ -196,7 +198,9 @@ def plan_for(
         platform = probe()
     explicit = {k for k, v in overrides.items() if v != "auto"}
     if profile is None:
-        profile = load_profile(platform, **overrides)
+        # The profile file's [video] or [dataset] table: the kind of loader planning.
+        asking: Literal["dataset", "video"] = "video" if streams else "dataset"
+        profile = load_profile(platform, workload=asking, **overrides)
     elif overrides:
         profile = dataclasses.replace(profile, **overrides)
     reasons: dict[str, str] = {}

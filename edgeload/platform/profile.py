@@ -4,6 +4,13 @@ Precedence, lowest first: built-in defaults < the matching ``platforms/*.toml`` 
 < the deploy-time tuned profile (``EDGELOAD_PROFILE``, else the user config dir, else
 the system config dir) < keyword arguments.  A profile says what to prefer; the plan
 (:mod:`edgeload.platform.plan`) turns it into numbers for one loader.
+
+A profile file's ``[profile]`` table applies to every loader; ``[dataset]`` and
+``[video]`` apply on top of it only to that kind of loader (autotune writes the numbers
+it measured on one kind of workload there, since a dataset's best prefetch says nothing
+about a camera's).  A tuned profile is used only on the device it names: a ``[match]``
+table (a platform file given as ``EDGELOAD_PROFILE``) or a ``[tuned]`` stamp for
+another device has it ignored, with a warning.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .._compat import package_dir
 from ..errors import ArgumentError, ProfileError
@@ -41,6 +48,10 @@ WORKER_RULES = ("cores", "cores-1", "half-cores")
 PROFILE_ENV = "EDGELOAD_PROFILE"
 TUNED_FILENAME = "profile.toml"
 _MATCH_KEYS = ("family", "soc", "model_contains")
+WORKLOAD_KINDS = ("dataset", "video")
+"""Tables of a profile file that apply to one kind of loader only."""
+_TABLES = ("match", "profile", "tuned", "description", *WORKLOAD_KINDS)
+WorkloadKind = Literal["dataset", "video"]
 
 
 @dataclass(frozen=True)
@@ -163,28 +174,82 @@ def _check(key: str, value: Any) -> str | None:
     return None
 
 
-def read_profile_file(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
-    """Read one profile file: its ``[match]``, validated ``[profile]`` and ``[tuned]`` tables.
+class ProfileFile(NamedTuple):
+    """The tables of one profile file, checked."""
+
+    match: dict[str, Any]
+    """``[match]``: which devices the file is for (empty: any)."""
+    settings: dict[str, Any]
+    """``[profile]``: for every loader."""
+    tuned: dict[str, str]
+    """``[tuned]``: the stamp autotune writes (device model, L4T release...)."""
+    workloads: dict[str, dict[str, Any]]
+    """``[dataset]`` / ``[video]``: for that kind of loader only, over ``settings``."""
+
+
+def read_profile_file(path: Path) -> ProfileFile:
+    """Read one profile file: its ``[match]``, ``[profile]``, ``[tuned]`` and per-workload
+    tables, each checked.
 
     Raises:
-        ProfileError: the file is not valid TOML or holds a bad key or value.
+        ProfileError: the file is not valid TOML, a table is not a table, or it holds a
+            bad key or value (the message names the file, the table or key, the value).
     """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read profile ({exc}); fix or remove the file") from exc
-    unknown = set(data) - {"match", "profile", "tuned", "description"}
+    unknown = set(data) - set(_TABLES)
     if unknown:
         raise ProfileError(
-            f"{path}: unknown table(s) {sorted(unknown)}; allowed: match, profile, tuned, description"
+            f"{path}: unknown table(s) {sorted(unknown)}; allowed: {', '.join(_TABLES)}"
         )
-    match = dict(data.get("match", {}))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(
+            f"{path}: description must be a string, got {description!r}; quote it or remove it"
+        )
+    tables = {name: _table(path, data, name) for name in _TABLES if name != "description"}
+    match = tables["match"]
     bad = set(match) - set(_MATCH_KEYS)
     if bad:
         raise ProfileError(f"{path}: unknown match key(s) {sorted(bad)}; allowed: {_MATCH_KEYS}")
-    settings = validate_settings(data.get("profile", {}), where=str(path))
-    tuned = {str(k): str(v) for k, v in data.get("tuned", {}).items()}
-    return match, settings, tuned
+    for key, want in match.items():
+        wants = want if isinstance(want, list) else [want]
+        if not wants or not all(isinstance(w, str) for w in wants):
+            raise ProfileError(
+                f"{path}: [match] {key} must be a string or a list of strings, got {want!r}; "
+                'write it as key = "value" or key = ["a", "b"]'
+            )
+    settings = validate_settings(tables["profile"], where=f"{path} [profile]")
+    for key, value in tables["tuned"].items():
+        if isinstance(value, (dict, list)):
+            raise ProfileError(
+                f"{path}: [tuned] {key} must be a single value, got {value!r}; re-run "
+                "`edgeload autotune` to write a new profile"
+            )
+    tuned = {str(k): str(v) for k, v in tables["tuned"].items()}
+    workloads = {
+        kind: validate_settings(tables[kind], where=f"{path} [{kind}]")
+        for kind in WORKLOAD_KINDS
+        if tables[kind]
+    }
+    return ProfileFile(match, settings, tuned, workloads)
+
+
+def _table(path: Path, data: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``data[name]`` as a dict (empty when absent).
+
+    Raises:
+        ProfileError: it is a string, a list or a number instead of a table.
+    """
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise ProfileError(
+            f"{path}: {name} must be a table ([{name}] followed by key = value lines), got "
+            f"{value!r} ({type(value).__name__}); fix the file or remove it"
+        )
+    return dict(value)
 
 
 def platform_files() -> Iterator[tuple[str, Path]]:
@@ -246,8 +311,20 @@ def _stamp_mismatch(stamp: Mapping[str, str], platform: Any) -> str | None:
     return None
 
 
+def _match_mismatch(match: Mapping[str, Any], platform: Any) -> str | None:
+    if not match or _match_score(match, platform):
+        return None
+    wanted = ", ".join(f"{k} {v!r}" for k, v in match.items())
+    have = ", ".join(f"{k} {getattr(platform, k, None)!r}" for k in ("family", "soc", "model"))
+    return f"its [match] is for {wanted}, this device has {have}"
+
+
 def load_profile(
-    platform: Any, *, tuned: Path | Literal["auto"] | None = "auto", **overrides: Any
+    platform: Any,
+    *,
+    tuned: Path | Literal["auto"] | None = "auto",
+    workload: WorkloadKind | None = None,
+    **overrides: Any,
 ) -> Profile:
     """Merge the profile for ``platform`` by precedence.
 
@@ -255,7 +332,10 @@ def load_profile(
         platform: a :class:`edgeload.platform.probe.Platform` (or anything with ``family``,
             ``soc`` and ``model`` attributes).
         tuned: the tuned profile file; ``"auto"`` looks it up (:func:`tuned_profile_path`),
-            ``None`` skips it.
+            ``None`` skips it.  One whose ``[match]`` or ``[tuned]`` stamp names another
+            device is ignored with a warning.
+        workload: the kind of loader asking, ``"dataset"`` or ``"video"``: a file's table
+            of that name applies on top of its ``[profile]`` (None: ``[profile]`` only).
         **overrides: profile keys given by the caller; they win over every file (the
             named settings in any case).
 
@@ -265,14 +345,14 @@ def load_profile(
     """
     values: dict[str, Any] = {}
     sources = ["built-in"]
-    best: tuple[int, str, dict[str, Any]] | None = None
+    best: tuple[int, str, ProfileFile] | None = None
     for name, path in platform_files():
-        match, settings, _ = read_profile_file(path)
-        score = _match_score(match, platform)
+        found = read_profile_file(path)
+        score = _match_score(found.match, platform)
         if score and (best is None or score > best[0]):
-            best = (score, name, settings)
+            best = (score, name, found)
     if best is not None:
-        values.update(best[2])
+        values.update(_settings_for(best[2], workload))
         sources.append(best[1])
 
     stamp: dict[str, str] = {}
@@ -282,14 +362,19 @@ def load_profile(
             raise ProfileError(
                 f"tuned profile {tuned_path} does not exist; run `edgeload autotune` or unset {PROFILE_ENV}"
             )
-        _, settings, stamp = read_profile_file(tuned_path)
-        mismatch = _stamp_mismatch(stamp, platform)
+        found = read_profile_file(tuned_path)
+        mismatch = _match_mismatch(found.match, platform) or _stamp_mismatch(found.tuned, platform)
+        settings = _settings_for(found, workload)
         if mismatch:
             log.warning(
-                "ignoring tuned profile %s: %s; re-run `edgeload autotune`", tuned_path, mismatch
+                "ignoring tuned profile %s: %s; point %s at a profile for this device, or re-run "
+                "`edgeload autotune`",
+                tuned_path,
+                mismatch,
+                PROFILE_ENV,
             )
-            stamp = {}
-        else:
+        elif settings:
+            stamp = found.tuned
             values.update(settings)
             sources.append(f"tuned:{tuned_path}")
             tuned_mode, mode = stamp.get("power_mode"), getattr(platform, "power_mode", None)
@@ -315,3 +400,8 @@ def load_profile(
             f"prefetch_max_bytes ({profile.prefetch_max_bytes}); fix one of them"
         )
     return profile
+
+
+def _settings_for(found: ProfileFile, workload: str | None) -> dict[str, Any]:
+    """A file's ``[profile]``, with the table of ``workload`` over it."""
+    return {**found.settings, **found.workloads.get(workload or "", {})}

@@ -156,11 +156,20 @@ def load_factory(spec: str) -> Any:
             source=spec,
         )
     try:
-        return factory()
+        dataset = factory()
     except Exception as exc:
         raise SourceError(
             f"--dataset {spec!r}: {attr}() raised {type(exc).__name__}: {exc}", source=spec
         ) from exc
+    map_style = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    if dataset is None or not (map_style or hasattr(dataset, "__iter__")):
+        got = "None" if dataset is None else f"{dataset!r:.60} (type {type(dataset).__name__})"
+        raise SourceError(
+            f"--dataset {spec!r}: {attr}() returned {got}, not a dataset; make it return "
+            "the dataset (a torch Dataset with __len__ and __getitem__, or an IterableDataset)",
+            source=spec,
+        )
+    return dataset
 
 
 def sample_bytes(sample: Any) -> int:

@@ -40,7 +40,9 @@ from ..measure import tree_own_bytes
 from ..platform.plan import PROCESS_WORKER_BYTES, Plan, format_mib, plan_for
 from ..platform.profile import (
     TUNED_FILENAME,
+    WORKLOAD_KINDS,
     load_profile,
+    read_profile_file,
     system_config_dir,
     user_config_dir,
     validate_settings,
@@ -196,6 +198,8 @@ def autotune(
     budget = plan.usable_cores if untuned.thread_budget == "auto" else int(untuned.thread_budget)
     knobs = _knobs(workload, platform, plan, tune_batch=tune_batch, ceiling=ceiling)
     result = TuneResult(workload.name, objective, ceiling, grid_size=grid_size(knobs))
+    result.kind = str(getattr(workload, "kind", ""))
+    result.budget_seconds = budget_seconds
     result.baseline_plan = plan
     result.tuned_batch = tune_batch
     warmup = warmup_seconds if warmup_seconds is not None else max(0.5, trial_seconds / 4)
@@ -323,6 +327,11 @@ class TuneResult:
     baseline_plan: Plan | None = None
     tuned_batch: bool = False
     """Whether the batch size was searched (only then does the profile carry it)."""
+    kind: str = ""
+    """The workload's kind (``dataset``, ``video``): the profile table the winner goes to
+    (``[profile]``, for every loader, when it is neither)."""
+    budget_seconds: float | None = None
+    """The time budget the run had (for the reason when it measured too little)."""
 
     @property
     def best(self) -> Trial | None:
@@ -371,7 +380,14 @@ class TuneResult:
         target = Path(path)
         comment = f"Written by `edgeload autotune` for {self.workload}.\nWhy: {self.reason}"
         stamp = device_stamp(platform)
-        atomic_write(target, render_toml({"tuned": stamp, "profile": settings}, comment=comment))
+        # A dataset's numbers say nothing about a camera's: they go to the table of the
+        # workload's kind, and the other kind's table in the file stays.
+        table = self.kind if self.kind in WORKLOAD_KINDS else "profile"
+        tables: dict[str, Mapping[str, Any]] = {"tuned": stamp}
+        if table != "profile":
+            tables.update(_other_tables(target, stamp, keep=set(WORKLOAD_KINDS) - {table}))
+        tables[table] = settings
+        atomic_write(target, render_toml(tables, comment=comment))
         return target
 
     def to_dict(self) -> dict[str, Any]:
@@ -397,6 +413,20 @@ class TuneResult:
                 for t in self.trials
             ],
         }
+
+
+def _other_tables(
+    path: Path, stamp: Mapping[str, str], *, keep: set[str]
+) -> dict[str, Mapping[str, Any]]:
+    """The ``keep`` tables of the profile already at ``path``, when it was tuned on this
+    device (same model); nothing when there is none or it cannot be read."""
+    try:
+        found = read_profile_file(path) if path.is_file() else None
+    except ProfileError:
+        return {}
+    if found is None or found.tuned.get("model") != stamp.get("model"):
+        return {}
+    return {kind: found.workloads[kind] for kind in sorted(keep) if kind in found.workloads}
 
 
 def _groups(result: TuneResult) -> dict[int, list[Trial]]:
@@ -425,9 +455,13 @@ def choose_winner(result: TuneResult, min_gain: float) -> None:
         got = group_score(trials)
         if got is not None:
             ok.append((index, got[0], got[1]))
-    picked = pick_winner(ok, min_gain=min_gain)
-    if picked is None:
-        result.reason = "no trial finished within the memory ceiling"
+    result.winner = None
+    if len(ok) < 2:
+        result.reason = _too_few(result, ok)
+        return
+    baseline = 0 if any(c[0] == 0 for c in ok) else None
+    picked = pick_winner(ok, min_gain=min_gain, baseline=baseline)
+    if picked is None:  # pragma: no cover - two candidates always give a pick
         return
     result.winner, for_memory = picked
     score, peak = next((c[1], c[2]) for c in ok if c[0] == result.winner)
@@ -438,7 +472,7 @@ def choose_winner(result: TuneResult, min_gain: float) -> None:
     plan = next((c for c in ok if c[0] == 0), None)
     vs_plan = ""
     if result.winner == 0:
-        vs_plan = "; the untuned plan was already best"
+        vs_plan = f"; the untuned plan was already best (no other beat it by over {min_gain:.0%})"
     elif plan is not None:
         vs_plan = f"; {score / plan[1] - 1:+.0%} vs the untuned plan (trial 0)"
     if for_memory:
@@ -451,6 +485,30 @@ def choose_winner(result: TuneResult, min_gain: float) -> None:
             f"highest {result.objective} score, {score:.1f} {unit}, at {format_mib(peak)} "
             f"peak own memory{vs_plan}"
         )
+
+
+def _too_few(result: TuneResult, ok: list[tuple[int, float, int]]) -> str:
+    """Why there is no winner: fewer than two configurations were measured."""
+    unit = "items/s" if result.objective == "throughput" else "/s (1000 / p99 ms)"
+    measured = "; ".join(
+        f"trial {i}{' (the untuned plan)' if i == 0 else ''}: {score:.1f} {unit}"
+        for i, score, _ in ok
+    )
+    failed = len([t for t in result.trials if t.score is None])
+    what = f"{len(ok)} configuration(s) measured ({measured})" if ok else "no trial finished"
+    if failed:
+        what += f", {failed} rejected (over the memory ceiling, or failed)"
+    if result.interrupted:
+        hint = "run it again to the end"
+    elif ok or not failed:
+        was = f" (it was {result.budget_seconds:g} s)" if result.budget_seconds else ""
+        hint = f"raise --budget-seconds{was} or lower --trial-seconds"
+    else:
+        hint = "raise --max-memory, or see each trial's status above"
+    return (
+        f"{what} of {result.grid_size or '?'} configurations: nothing to compare with, so "
+        f"nothing was tuned and the untuned plan stays; {hint}"
+    )
 
 
 @dataclass(frozen=True)
@@ -599,10 +657,17 @@ def grid_size(knobs: list[Knob]) -> int:
 
 
 def pick_winner(
-    candidates: list[tuple[int, float, int]], *, min_gain: float
+    candidates: list[tuple[int, float, int]], *, min_gain: float, baseline: int | None = None
 ) -> tuple[int, bool] | None:
     """Choose among ``(index, score, peak_bytes)``: the best score, or within ``min_gain``
-    of it the one using the least memory.  Returns ``(index, chosen_for_memory)``."""
+    of it the one using the least memory.  Returns ``(index, chosen_for_memory)``.
+
+    With a ``baseline`` (the untuned plan's index), only candidates that beat its score
+    by more than ``min_gain`` compete with it: a smaller gain is noise, and the baseline
+    stays."""
+    base = next((c for c in candidates if c[0] == baseline), None)
+    if base is not None:
+        candidates = [c for c in candidates if c is base or c[1] > base[1] * (1.0 + min_gain)]
     if not candidates:
         return None
     top = max(candidates, key=lambda c: (c[1], -c[2]))

@@ -53,8 +53,8 @@ import numpy as np
 from .. import _args
 from .._compat import zip_strict
 from .._deps import require_cv2, require_torch
-from ..checkpoint import KEY_VERSION, check_version
-from ..errors import ArgumentError, ClosedError, SourceError, redact
+from ..checkpoint import KEY_LOADER, KEY_VERSION, check_version
+from ..errors import ArgumentError, ClosedError, SourceError, StateError, redact
 from ..pipeline._lifecycle import Lifecycle, join_threads, weak_call
 from ..pipeline.prefetch import END
 from ..platform.profile import Profile
@@ -64,7 +64,7 @@ from ._capture import Target, build_target
 from ._convert import KEPT_OUTPUTS, Converter, check_output
 from ._gstreamer import Output, hardware_decoder
 from ._mux import FreshFrame, Mux
-from ._reader import Sink, StreamReader, Wants, watchdog
+from ._reader import _TRUNCATION_SLACK_FRAMES, Sink, StreamReader, Wants, seek, watchdog
 from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode, letterbox_size
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
@@ -284,11 +284,15 @@ class StreamLoader:
         return loader_state(self._table.entries())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue each file stream after the last frame the consumer received.
+        """Continue each file stream after the last frame the consumer received; the
+        state is checked now (each frame against its file).
 
         Raises:
-            ValueError: a state of another version or other sources; or called after
-                iteration started (resume is for a fresh loader).
+            StateError: not a StreamLoader state (a DataLoader's, an edited one), one of
+                another version or other sources, or a frame that is negative or past
+                its file's end (the message names the stream and the frame). A
+                ValueError. Nothing is changed then.
+            ValueError: called after iteration started (resume is for a fresh loader).
         """
         started = self._lifecycle is Lifecycle.OPEN
         load_loader_state(self._table.entries(), state, started=started)
@@ -932,6 +936,7 @@ def build_batch(
 
 
 STATE_VERSION = 1
+LOADER = "StreamLoader"
 
 KEY_STREAMS = "streams"
 KEY_URI = "uri"
@@ -942,6 +947,7 @@ def loader_state(streams: Iterable[Any]) -> dict[str, Any]:
     """The numbers behind ``StreamLoader.state_dict()``."""
     return {
         KEY_VERSION: STATE_VERSION,
+        KEY_LOADER: LOADER,
         KEY_STREAMS: [
             {KEY_URI: str(s.source.uri), KEY_FRAME: s.last_seq + 1}
             for s in streams
@@ -950,25 +956,89 @@ def loader_state(streams: Iterable[Any]) -> dict[str, Any]:
     }
 
 
-def load_loader_state(streams: Iterable[Any], state: dict[str, Any], *, started: bool) -> None:
+def load_loader_state(streams: Iterable[Any], state: Any, *, started: bool) -> None:
     """The work behind ``StreamLoader.load_state_dict()``: each file stream resumes.
 
+    Everything is checked before anything changes, a resume point against its file.
+
     Raises:
-        ValueError: the loader has ``started`` (resume is for a fresh one), or the
-            state is of another version or other sources.
+        ValueError: the loader has ``started`` (resume is for a fresh one).
+        StateError: not a StreamLoader state, one of another version or other sources,
+            or a frame that is no int, negative or past the end of its file.
     """
     if started:
         raise ValueError(
             "StreamLoader.load_state_dict() must come before iteration starts; "
             "make a new loader and load the state into it"
         )
-    check_version(state, "StreamLoader", STATE_VERSION)
+    check_version(state, LOADER, STATE_VERSION, key=KEY_STREAMS)
     files = [s for s in streams if s.source.kind == "file"]
-    saved = state.get(KEY_STREAMS, [])
-    if [str(s.source.uri) for s in files] != [e[KEY_URI] for e in saved]:
-        raise ValueError(
-            f"StreamLoader state is for files {[e[KEY_URI] for e in saved]}, this loader has "
-            f"{[str(s.source.uri) for s in files]}; give the same file sources in the same order"
+    saved = state[KEY_STREAMS]
+    if not isinstance(saved, list) or not all(isinstance(e, dict) for e in saved):
+        raise StateError(
+            f"StreamLoader state: streams must be a list of {{uri, frame}} objects, got "
+            f"{redact(saved)[:80]}; {_UNEDITED}"
         )
-    for stream, entry in zip_strict(files, saved):
-        stream.last_seq = int(entry[KEY_FRAME]) - 1
+    uris = [e.get(KEY_URI) for e in saved]
+    if [str(s.source.uri) for s in files] != uris:
+        raise StateError(
+            f"StreamLoader state is for files {redact(uris)}, this loader has "
+            f"{redact([str(s.source.uri) for s in files])}; give the same file sources in "
+            "the same order"
+        )
+    frames = [
+        _resume_frame(stream, entry.get(KEY_FRAME), i)
+        for i, (stream, entry) in enumerate(zip_strict(files, saved))
+    ]
+    for stream, frame in zip_strict(files, frames):
+        stream.last_seq = frame - 1
+
+
+_UNEDITED = (
+    "pass what StreamLoader.state_dict() returned, unedited, or start afresh without "
+    "load_state_dict()"
+)
+
+
+def _resume_frame(stream: Any, frame: Any, index: int) -> int:
+    """``frame``, checked against its file: the next frame index the stream resumes at.
+
+    Raises:
+        StateError: ``frame`` is no int, is negative, or is past the file's end.
+    """
+    uri = redact(stream.source.uri)
+    where = f"StreamLoader state: streams[{index}].frame of {uri!r}"
+    if not isinstance(frame, int) or isinstance(frame, bool) or frame < 0:
+        raise StateError(f"{where} must be a frame index >= 0, got {frame!r}; {_UNEDITED}")
+    # A looping file's frame numbers run on across its loops.
+    if frame > 0 and not stream.source.loop:
+        past = _past_end(stream.source.uri, frame)
+        if past:
+            raise StateError(
+                f"{where} is {frame}, past the end of the file ({past}): the state is of "
+                f"another, longer file; {_UNEDITED}"
+            )
+    return frame
+
+
+def _past_end(path: Any, frame: int) -> str | None:
+    """Why resuming file ``path`` at ``frame`` is past its end, or None (it is not, or
+    the file cannot be opened here: the reader then reports what is wrong with it).
+
+    The count its header declares decides, within the slack the reader allows a header;
+    without one, the frame before ``frame`` must be there to grab.
+    """
+    cv2 = require_cv2()
+    cap = cv2.VideoCapture(str(path))
+    try:
+        if not cap.isOpened():
+            return None
+        declared = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
+        if declared > 0:
+            if frame > declared + _TRUNCATION_SLACK_FRAMES:
+                return f"it has {declared} frames"
+            return None
+        seek(cap, frame - 1)
+        return None if cap.grab() else f"it has fewer than {frame} frames"
+    finally:
+        cap.release()

@@ -6,6 +6,7 @@ The datasets and helpers live in ``tests/_datasets.py``.
 from __future__ import annotations
 
 import linecache
+import logging
 import random
 import sys
 import threading
@@ -264,6 +265,88 @@ def test_thread_workers_keep_prefetch_factor_tasks_each_in_flight(prefetch_facto
         assert torch.cat(labels).tolist() == list(range(200))
         # One slot per task in flight, the batch the user holds and one being handed over.
         assert loader.stats()["slots"] == in_flight + 2
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"num_workers": 2, "worker_kind": "thread"}, {"num_workers": 1, "worker_kind": "thread"}],
+    ids=["defaults", "threads", "one-thread"],
+)
+def test_a_plain_loop_makes_no_copies_and_logs_nothing(kw, caplog):
+    # `for x, y in loader` keeps the previous batch bound while the next is loaded;
+    # the loop drops it at the rebinding.  That is no "consumer that keeps batches".
+    caplog.set_level(logging.INFO, logger="edgeload")
+    with DataLoader(ImageDS(100), batch_size=10, **kw) as loader:
+        for _ in range(2):
+            for images, labels in loader:
+                assert torch.equal(images[:, 0, 0, 0], labels.to(torch.uint8))
+        stats = loader.stats()
+    assert stats["batches"] == 20 and stats["slots"] >= 2
+    assert stats["slot_copies"] == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_user_who_keeps_every_batch_gets_fresh_memory_not_copies():
+    # Tasks never wait for a slot: one that finds none free writes fresh memory, so a
+    # slot is never held back from the consumer and no batch is copied.
+    with DataLoader(ImageDS(60), batch_size=4) as loader:
+        kept = list(loader)
+        stats = loader.stats()
+    assert stats["slot_copies"] == 0 and stats["slots_held_by_user"] == stats["slots"]
+    for images, labels in kept:
+        assert torch.equal(images[:, 0, 0, 0], labels.to(torch.uint8))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"num_workers": 2, "worker_kind": "thread"},
+        {"num_workers": 2, "worker_kind": "process", "multiprocessing_context": "fork"},
+    ],
+    ids=["main", "threads", "processes"],
+)
+def test_two_threads_calling_next_share_the_batches_as_with_torch(kw):
+    # Each batch goes to one caller, every sample once, and both callers end with
+    # StopIteration: no ClosedError that nobody caused.  The race is at the end of an
+    # epoch, so several epochs are run.
+    with DataLoader(ImageDS(120), batch_size=4, **kw) as loader:
+        for _ in range(5):
+            _two_threads_take_one_epoch(loader)
+
+
+def _two_threads_take_one_epoch(loader):
+    it = iter(loader)
+    got: list[list[int]] = [[], []]
+    ended = [threading.Event(), threading.Event()]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2, timeout=30)
+
+    def consume(k):
+        try:
+            start.wait()
+            while True:
+                try:
+                    images, labels = next(it)
+                except StopIteration:
+                    ended[k].set()
+                    return
+                assert torch.equal(images[:, 0, 0, 0], (labels % 256).to(torch.uint8))
+                got[k].extend(labels.tolist())
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a caller of next() hung"
+    assert errors == []
+    assert all(e.is_set() for e in ended)
+    assert sorted(got[0] + got[1]) == list(range(120))
+    with pytest.raises(StopIteration):
+        next(it)
 
 
 def test_no_workers_read_only_the_batch_asked_for():

@@ -104,7 +104,7 @@ def test_reserve_keeps_slots_for_producers_that_fill_several_at_once():
         for slot in slots:
             pool.release(slot)
         assert [int(b[0]) for b in kept] == list(range(6))
-    with pytest.raises(ValueError, match="reserve must be between 1 and count=2, got 3"):
+    with pytest.raises(ValueError, match="reserve must be between 0 and count=2, got 3"):
         SlotPool((4,), count=2, reserve=3)
 
 

@@ -42,7 +42,7 @@ def test_every_platform_file_loads_and_is_valid():
     names = [name for name, _ in platform_files()]
     assert len(names) >= 8
     for _, path in platform_files():
-        match, settings, _ = read_profile_file(path)
+        match, settings, _, _ = read_profile_file(path)
         assert match, f"{path} matches nothing"
         assert settings, f"{path} sets nothing"
 
@@ -217,3 +217,73 @@ def test_tuned_profile_from_another_power_mode_is_used_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="edgeload.platform.profile"):
         load_profile(same)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            'profile = "num_workers = 2"\n',
+            r"profile must be a table .*got 'num_workers = 2' \(str\)",
+        ),
+        ("profile = [1, 2]\n", r"profile must be a table .*got \[1, 2\] \(list\)"),
+        ('tuned = "x"\n[profile]\nnum_workers = 2\n', r"tuned must be a table .*got 'x' \(str\)"),
+        ("match = 3\n", r"match must be a table .*got 3 \(int\)"),
+        ('dataset = "fast"\n', r"dataset must be a table .*got 'fast' \(str\)"),
+        ("[match]\nfamily = 3\n", r"\[match\] family must be a string or a list of strings, got 3"),
+        ("[tuned]\nmodel = [1]\n", r"\[tuned\] model must be a single value, got \[1\]"),
+        ("[video]\nnum_workers = 0\n", r"\[video\]: num_workers must be 1\.\.256"),
+        ("description = 5\n", r"description must be a string, got 5"),
+    ],
+)
+def test_a_malformed_tuned_profile_is_a_profile_error_naming_file_and_key(
+    tmp_path, monkeypatch, text, says
+):
+    path = tmp_path / "profile.toml"
+    path.write_text(text)
+    monkeypatch.setenv(PROFILE_ENV, str(path))
+    with pytest.raises(ProfileError, match=says) as info:
+        load_profile(probe(FIXTURES / "rpi4"))
+    assert str(path) in str(info.value)
+
+
+def test_a_profile_whose_match_names_another_device_is_ignored_with_a_warning(monkeypatch, caplog):
+    # EDGELOAD_PROFILE=platforms/jetson-t234.toml on a desktop: not this device's file.
+    jetson_file = dict(platform_files())["platforms/jetson-t234.toml"]
+    monkeypatch.setenv(PROFILE_ENV, str(jetson_file))
+    desktop = probe(FIXTURES / "x86-desktop")
+    with caplog.at_level(logging.WARNING, logger="edgeload.platform.profile"):
+        profile = load_profile(desktop)
+    assert profile.source == "built-in < platforms/generic-x86.toml"
+    assert profile.memory_mode != "mapped"  # the Jetson file's choice
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(jetson_file) in warning
+    assert "family 'jetson'" in warning and "'x86'" in warning
+    # On the device it names, the same file applies.
+    orin = probe(FIXTURES / "jetson-orin-nano")
+    assert load_profile(orin).source.endswith(f"tuned:{jetson_file}")
+
+
+def test_workload_tables_apply_only_to_their_kind_of_loader(tmp_path, monkeypatch):
+    board = probe(FIXTURES / "rpi4")
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        f'[tuned]\nmodel = "{board.model}"\n\n[profile]\nthread_budget = 3\n\n'
+        "[dataset]\nnum_workers = 3\n\n[video]\nnum_workers = 5\nthread_budget = 2\n"
+    )
+    monkeypatch.setenv(PROFILE_ENV, str(path))
+    untuned = load_profile(board, tuned=None)
+    dataset = load_profile(board, workload="dataset")
+    video = load_profile(board, workload="video")
+    either = load_profile(board)
+    assert (dataset.num_workers, dataset.thread_budget) == (3, 3)
+    assert (video.num_workers, video.thread_budget) == (5, 2)
+    assert (either.num_workers, either.thread_budget) == (untuned.num_workers, 3)
+
+
+def test_an_old_flat_tuned_profile_applies_to_every_loader(tmp_path, monkeypatch):
+    board = probe(FIXTURES / "rpi4")
+    tuned = _write_tuned(tmp_path / "p.toml", model=board.model, num_workers=3)
+    monkeypatch.setenv(PROFILE_ENV, str(tuned))
+    for kind in ("dataset", "video", None):
+        assert load_profile(board, workload=kind).num_workers == 3

@@ -24,7 +24,7 @@ from _media import clip, media_dir
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from edgeload import cli, plan_for, probe
+from edgeload import ProfileError, cli, plan_for, probe
 from edgeload.platform import load_profile
 from edgeload.tuning._profile_file import render_toml
 from edgeload.tuning._report import format_table
@@ -212,13 +212,14 @@ def test_video_autotune_writes_a_profile_that_changes_the_next_plan(
     written = config_home / "profile.toml"
     data = tomllib.loads(written.read_text())
     assert data["tuned"]["model"] == here.model and data["tuned"]["version"]
-    assert data["profile"]["prefetch_min_bytes"] == data["profile"]["prefetch_max_bytes"]
-    assert "batch_size" not in data["profile"]  # only written with --tune-batch
+    assert "profile" not in data and "dataset" not in data  # for video loaders only
+    assert data["video"]["prefetch_min_bytes"] == data["video"]["prefetch_max_bytes"]
+    assert "batch_size" not in data["video"]  # only written with --tune-batch
 
     tuned = plan_for(streams=2, frame=(64, 48), platform=here)
     assert tuned.profile_source.endswith(f"tuned:{written}")
     # The untuned budget is a fraction of RAM; the tuned one is the measured slot count.
-    assert tuned.prefetch_bytes == data["profile"]["prefetch_max_bytes"]
+    assert tuned.prefetch_bytes == data["video"]["prefetch_max_bytes"]
     assert tuned.prefetch_bytes != untuned.prefetch_bytes
     assert tuned.slot_count * tuned.slot_bytes == tuned.prefetch_bytes
     assert cli.main(["probe", "--streams", "2", "--frame", "64x48"]) == 0
@@ -267,7 +268,7 @@ def test_dataset_autotune_from_a_factory(tmp_path, config_home, monkeypatch, cap
     report = json.loads(out)
     assert report["profile_path"] == str(out_path)
     assert report["trials"][0]["items_per_s"] > 0
-    settings = tomllib.loads(out_path.read_text())["profile"]
+    settings = tomllib.loads(out_path.read_text())["dataset"]
     assert {"worker_kind", "num_workers", "thread_budget", "prefetch_min_bytes"} <= set(settings)
     assert not (config_home / "profile.toml").exists()  # --output went elsewhere
 
@@ -433,17 +434,34 @@ def test_trials_over_the_memory_ceiling_are_rejected_by_measured_pss():
     assert result.best.measurement.peak_own_bytes <= ceiling
 
 
-def test_interrupted_run_keeps_its_trials_and_can_still_be_written(tmp_path):
-    def interrupt_before_trial_1(result, config):
-        if config is not None and len(result.trials) == 1:
+def _interrupt_before_trial(n):
+    def progress(result, config):
+        if config is not None and len(result.trials) == n:
             raise KeyboardInterrupt
 
+    return progress
+
+
+def test_interrupted_run_keeps_its_trials_and_can_still_be_written(tmp_path):
     result = autotune(MemoryHungryWorkload(), trial_seconds=0.2, warmup_seconds=0.05,
-                      budget_seconds=20, progress=interrupt_before_trial_1)  # fmt: skip
-    assert result.interrupted and len(result.trials) == 1 and result.winner == 0
+                      budget_seconds=20, progress=_interrupt_before_trial(2))  # fmt: skip
+    assert result.interrupted and len(result.trials) == 2 and result.winner in (0, 1)
     assert "interrupted" in format_table(result)
     path = result.write(tmp_path / "partial.toml", platform=probe())  # --write-partial
-    assert tomllib.loads(path.read_text())["profile"] == dict(result.trials[0].config)
+    written = tomllib.loads(path.read_text())["dataset"]
+    assert written == dict(result.trials[result.winner].config)
+
+
+def test_one_measured_trial_tunes_nothing_and_writes_nothing(tmp_path):
+    result = autotune(MemoryHungryWorkload(), trial_seconds=0.2, warmup_seconds=0.05,
+                      budget_seconds=20, progress=_interrupt_before_trial(1))  # fmt: skip
+    assert len(result.trials) == 1 and result.trials[0].score is not None
+    assert result.winner is None
+    assert "1 configuration(s) measured (trial 0 (the untuned plan)" in result.reason
+    assert "nothing was tuned" in result.reason
+    with pytest.raises(ProfileError, match="no trial was accepted"):
+        result.write(tmp_path / "partial.toml", platform=probe())
+    assert not (tmp_path / "partial.toml").exists()
 
 
 class BatchWorkload(MemoryHungryWorkload):
@@ -476,3 +494,97 @@ def test_batch_size_is_searched_and_written_only_when_asked(tmp_path):
                      budget_seconds=120, tune_batch=True)  # fmt: skip
     assert tuned.best is not None and tuned.best.config["batch_size"] == 16
     assert tuned.settings()["batch_size"] == 16
+
+
+# --- what the profile says, and when it is written --------------------------------------
+
+
+def test_a_winner_below_the_minimum_gain_leaves_the_baseline():
+    from edgeload.tuning._workloads import Measurement
+    from edgeload.tuning.tune import choose_winner
+
+    def result(score_1, peak_1=120 << 20):
+        base = Measurement(100, 1.0, 100.0, 1.0, 2.0, 200 << 20, 90.0, 120 << 20)
+        other = Measurement(100, 1.0, score_1, 1.0, 2.0, 200 << 20, 90.0, peak_1)
+        return TuneResult("test", "throughput", 1 << 30, grid_size=8,
+                          trials=[Trial(0, {"num_workers": 1}, "ok", base, 100.0),
+                                  Trial(1, {"num_workers": 2}, "ok", other, score_1)])  # fmt: skip
+
+    plus_1 = result(101.0)
+    choose_winner(plus_1, 0.05)
+    assert plus_1.winner == 0 and "already best" in plus_1.reason
+    leaner = result(102.0, peak_1=60 << 20)  # less memory is no gain in the objective
+    choose_winner(leaner, 0.05)
+    assert leaner.winner == 0
+    plus_10 = result(110.0)
+    choose_winner(plus_10, 0.05)
+    assert plus_10.winner == 1 and "+10% vs the untuned plan" in plus_10.reason
+    assert pick_winner([(0, 100.0, 500), (1, 103.0, 400)], min_gain=0.05, baseline=0) == (0, False)
+
+
+def test_one_trial_in_the_budget_writes_no_profile_and_exits_with_one_line(
+    small_clip, tmp_path, config_home, capsys
+):
+    out_path = tmp_path / "tuned.toml"
+    rc = cli.main(["autotune", "--video", str(small_clip), "--size", "64x48", *SHORT,
+                   "--budget-seconds", "20", "--max-trials", "1", "--output", str(out_path)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert "*" not in out  # the table shows the one trial, and no winner
+    error = [line for line in err.splitlines() if not line.startswith("autotune [")]
+    assert len(error) == 1, err
+    assert "nothing written: 1 configuration(s) measured (trial 0" in error[0]
+    assert "nothing was tuned" in error[0] and "--budget-seconds" in error[0]
+    assert not out_path.exists() and not config_home.exists()
+
+
+def _tuned(kind, config):
+    from edgeload.tuning._workloads import Measurement
+
+    m = Measurement(100, 1.0, 100.0, 1.0, 2.0, 200 << 20, 90.0, 120 << 20)
+    return TuneResult("test", "throughput", 1 << 30,
+                      [Trial(0, {"num_workers": 1}, "ok", m, 100.0), Trial(1, config, "ok", m, 150.0)],
+                      winner=1, reason="faster", kind=kind)  # fmt: skip
+
+
+def test_a_dataset_tune_does_not_change_video_loaders(tmp_path, monkeypatch):
+    here = probe()
+    path = tmp_path / "profile.toml"
+    budget = 3 << 20
+    write_profile(_tuned("dataset", {"prefetch_bytes": budget, "num_workers": 3}),
+                  platform=here, path=path)  # fmt: skip
+    monkeypatch.setenv("EDGELOAD_PROFILE", str(path))
+    video = plan_for(streams=2, frame=(64, 48), platform=here)
+    assert "tuned:" not in video.profile_source
+    assert video.prefetch_bytes != budget
+    dataset = plan_for(item_bytes=4096, batch=8, platform=here)
+    assert dataset.profile_source.endswith(f"tuned:{path}")
+    assert dataset.prefetch_bytes == budget
+    # A video tune later goes to its own table; the dataset's stays.
+    write_profile(_tuned("video", {"prefetch_bytes": 2 * budget}), platform=here, path=path)
+    tables = tomllib.loads(path.read_text())
+    assert tables["dataset"]["num_workers"] == 3
+    assert tables["video"]["prefetch_max_bytes"] == 2 * budget
+    assert plan_for(streams=2, frame=(64, 48), platform=here).prefetch_bytes == 2 * budget
+    assert plan_for(item_bytes=4096, batch=8, platform=here).prefetch_bytes == budget
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("def make():\n    return None\n", "make() returned None, not a dataset"),
+        ("def make():\n    return 42\n", "make() returned 42 (type int), not a dataset"),
+    ],
+)
+def test_a_factory_that_returns_no_dataset_says_so_in_one_line(
+    body, says, tmp_path, config_home, monkeypatch, capsys
+):
+    (tmp_path / "nodata.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nodata", raising=False)
+    rc = cli.main(["autotune", "--dataset", "nodata:make", *SHORT, "--budget-seconds", "5"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert says in err and "Traceback" not in err
+    assert not config_home.exists()

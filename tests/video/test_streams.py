@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import threading
 import time
 import tracemalloc
@@ -9,11 +11,11 @@ import tracemalloc
 import cv2
 import numpy as np
 import pytest
-from _media import clip, media_dir, truncated_copy
+from _media import FFMPEG, clip, media_dir, truncated_copy
 from _servers import SilentServer
 
 from edgeload._compat import zip_strict
-from edgeload.errors import ClosedError, SourceError
+from edgeload.errors import ClosedError, SourceError, StateError
 from edgeload.video import StreamLoader, VideoSource
 
 
@@ -135,7 +137,11 @@ def test_resume_at_any_step_yields_the_tail_of_an_uninterrupted_run(media, unint
         for _ in range(k):
             next(loader)
         state = loader.state_dict()
-    assert state == {"version": 1, "streams": [{"uri": str(p), "frame": k} for p in sources]}
+    assert state == {
+        "version": 1,
+        "loader": "StreamLoader",
+        "streams": [{"uri": str(p), "frame": k} for p in sources],
+    }
     resumed = StreamLoader(sources, size=(48, 48))
     resumed.load_state_dict(state)
     with resumed:
@@ -154,6 +160,72 @@ def test_load_state_dict_refuses_other_sources_and_late_calls(media):
         next(loader)
         with pytest.raises(ValueError, match="must come before iteration starts"):
             loader.load_state_dict(loader.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("frame", "says"),
+    [
+        (
+            10**9,
+            r"streams\[0\]\.frame of {uri} is 1000000000, past the end of the file "
+            r"\(it has 30 frames\)",
+        ),
+        (-5, r"streams\[0\]\.frame of {uri} must be a frame index >= 0, got -5"),
+        ("3", r"streams\[0\]\.frame of {uri} must be a frame index >= 0, got '3'"),
+        (None, r"streams\[0\]\.frame of {uri} must be a frame index >= 0, got None"),
+    ],
+)
+def test_a_resume_frame_outside_the_file_is_refused_when_loaded(media, frame, says):
+    state = {"version": 1, "loader": "StreamLoader",
+             "streams": [{"uri": str(media["small"]), "frame": frame}]}  # fmt: skip
+    says = says.format(uri=re.escape(repr(str(media["small"]))))
+    with StreamLoader([media["small"]], size=(32, 32)) as loader:
+        with pytest.raises(StateError, match=says) as info:
+            loader.load_state_dict(state)
+        assert "load_state_dict()" in str(info.value)  # what to do
+        # Nothing changed: the file plays from its start.
+        assert [b.meta[0].seq for b in loader] == list(range(30))
+
+
+def test_a_file_without_a_frame_count_is_checked_by_reading_to_the_frame(media, tmp_path):
+    # A raw H.264 stream has no header count (OpenCV reports a negative one).
+    raw = tmp_path / "small.h264"
+    subprocess.run([FFMPEG, "-loglevel", "error", "-y", "-i", str(media["small"]), "-c", "copy",
+                    "-f", "h264", str(raw)], check=True, timeout=60)  # fmt: skip
+    for frame, seqs in ((20, list(range(20, 30))), (30, [])):
+        with StreamLoader([raw], size=(32, 32)) as loader:
+            loader.load_state_dict({"version": 1, "streams": [{"uri": str(raw), "frame": frame}]})
+            assert [b.meta[0].seq for b in loader] == seqs
+    with StreamLoader([raw], size=(32, 32)) as loader, pytest.raises(
+        StateError, match=r"is 31, past the end of the file \(it has fewer than 31 frames\)"
+    ):
+        loader.load_state_dict({"version": 1, "streams": [{"uri": str(raw), "frame": 31}]})
+
+
+def test_a_looping_files_frame_runs_on_across_loops(media):
+    state = {
+        "version": 1,
+        "streams": [{"uri": str(media["small"]), "frame": 45}],
+    }  # saved before "loader"
+    with StreamLoader([VideoSource(media["small"], loop=True)], size=(32, 32)) as loader:
+        loader.load_state_dict(state)
+        assert next(loader).meta[0].seq == 45
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"version": 1, "loader": "DataLoader", "epoch": 0, "num_workers": 0},
+        {"version": 1, "epoch": 0, "num_workers": 0},  # saved before "loader"
+        {"version": 1, "loader": "StreamLoader", "streams": "small.mp4"},
+        [],
+    ],
+)
+def test_what_is_no_streamloader_state_is_refused(media, state):
+    with StreamLoader([media["small"]], size=(32, 32)) as loader, pytest.raises(
+        StateError, match=r"StreamLoader"
+    ):
+        loader.load_state_dict(state)
 
 
 def test_batch_memory_is_reused_and_steady_state_allocates_no_frames(media):
