@@ -93,3 +93,22 @@ def media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.getbasetemp() / "edgeload-media"
     path.mkdir(exist_ok=True)
     return path
+
+
+def ffmpeg_frames(path: Path, size: tuple[int, int] | None = None) -> list:
+    """Every frame of ``path`` as OpenCV's FFmpeg decodes it (BGR), resized to ``size``
+    (``(width, height)``) when given: the reference a loader's frames are checked against."""
+    import cv2
+
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    frames = []
+    try:
+        while True:
+            ok, frame = cap.read()
+            if not ok:
+                return frames
+            if size is not None:
+                frame = cv2.resize(frame, size, interpolation=cv2.INTER_LINEAR)
+            frames.append(frame)
+    finally:
+        cap.release()

@@ -120,7 +120,7 @@ class StreamLoader:
     Raises:
         SourceError: a source cannot be used (missing file, unknown scheme, bad pipeline).
         ArgumentError: an option is of the wrong type or out of range (a ValueError;
-            ``sources`` a lone string instead of a list, ``size=640``, ``batch="4"``,
+            ``sources`` a lone string instead of a list, ``size=0``, ``batch="4"``,
             ``timeout_s=-1``, NaN); ``layout``, ``color``, ``resize``, ``policy``,
             ``on_error`` and ``memory_mode`` are accepted in any case;
             ``dtype``, ``mean`` or ``std`` not among what is allowed, or a float dtype
@@ -149,10 +149,10 @@ class StreamLoader:
         std: Sequence[float] | None = None,
         stride: int | None = None,
     ) -> None:
-        given = [as_source(s) for s in sources]  # once: ``sources`` may be a generator
+        sources = check_sources(sources)  # a list: ``sources`` may be a generator
+        given = [as_source(s) for s in sources]
         size = model_size(size, stride=stride, resize=resize, sources=given)
         opts = StreamSettings(size, layout, color, resize, policy, on_error, timeout_s, batch)
-        sources = check_sources(sources)
         memory_mode = _args.choice("StreamLoader", "memory_mode", memory_mode,
                                    (AUTO, *MEMORY_MODES))  # fmt: skip
         deadline_ms = _args.number("StreamLoader", "deadline_ms", deadline_ms, above=0,

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 import pytest
-from _media import clip, media_dir
+from _media import clip, ffmpeg_frames, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
 
@@ -110,20 +110,6 @@ def encoded(directory, codec: str, container: str, frames: int = 12):
     return path
 
 
-def ffmpeg_frames(path):
-    import cv2
-
-    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
-    frames = []
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        frames.append(frame)
-    cap.release()
-    return frames
-
-
 @pytest.mark.parametrize(
     ("codec", "container"),
     [
@@ -209,7 +195,6 @@ def test_a_recorded_file_over_http_is_read_to_its_end_through_gstreamer(tmp_path
     import shutil
     import subprocess
 
-    import cv2
     from _servers import file_server
 
     directory = tmp_path_factory.mktemp("served")
@@ -227,14 +212,7 @@ def test_a_recorded_file_over_http_is_read_to_its_end_through_gstreamer(tmp_path
             stats = loader.stats()["streams"][0]
     assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
     assert "is-live" not in stats["pipeline"] and "appsink max-buffers=2" in stats["pipeline"]
-    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
-    reference = []
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        reference.append(frame)
-    cap.release()
+    reference = ffmpeg_frames(path)
     assert len(frames) == len(reference) == 45
     for got, want in zip(frames, reference):
         assert np.abs(got.astype(int) - want.astype(int)).mean() < 3

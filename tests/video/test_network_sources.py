@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from _media import clip, media_dir
+from _media import clip, ffmpeg_frames, media_dir
 from _servers import file_server
 
 from edgeload.errors import SourceError
@@ -43,20 +43,6 @@ def test_asking_gstreamer_for_a_stream_scheme_says_what_works():
                      preferred="gstreamer", decoder="software", gstreamer=True)  # fmt: skip
 
 
-def _reference(path):
-    import cv2
-
-    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
-    frames = []
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        frames.append(frame)
-    cap.release()
-    return frames
-
-
 def http_file_frames(tmp_path_factory, suffix, backend):
     """Read a 1.5 s clip (45 frames) as ``suffix`` over HTTP; frames, stats, reference."""
     directory = tmp_path_factory.mktemp("served")
@@ -73,7 +59,7 @@ def http_file_frames(tmp_path_factory, suffix, backend):
         with StreamLoader([src], size=(160, 120)) as loader:
             frames = [b.frames[0].numpy().copy() for b in loader]
             stats = loader.stats()["streams"][0]
-    return frames, stats, _reference(path)
+    return frames, stats, ffmpeg_frames(path)
 
 
 @pytest.mark.parametrize("suffix", [".mp4", ".ts"])

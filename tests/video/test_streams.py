@@ -11,7 +11,7 @@ import tracemalloc
 import cv2
 import numpy as np
 import pytest
-from _media import FFMPEG, clip, media_dir, truncated_copy
+from _media import FFMPEG, clip, ffmpeg_frames, media_dir, truncated_copy
 from _servers import SilentServer
 
 from edgeload._compat import zip_strict
@@ -34,20 +34,8 @@ def _edgeload_threads():
     return [t.name for t in threading.enumerate() if t.name.startswith("edgeload-video")]
 
 
-def _decode(path, size):
-    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
-    frames = []
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        frames.append(cv2.resize(frame, size, interpolation=cv2.INTER_LINEAR))
-    cap.release()
-    return frames
-
-
 def test_files_deliver_every_frame_in_order_resized(media):
-    expected = _decode(media["small"], (64, 48))
+    expected = ffmpeg_frames(media["small"], (64, 48))
     with StreamLoader([media["small"], media["wide"]], size=(64, 48)) as loader:
         batches = list(loader)
         stats = loader.stats()
@@ -72,7 +60,7 @@ def test_nchw_rgb_letterbox(media):
     assert frames.shape == (1, 3, 64, 64)
     # 320x180 into 64x64 keeps 16:9: a 64x36 picture, 14 grey rows above and below.
     assert (frames[0, :, :14] == 114).all() and (frames[0, :, 50:] == 114).all()
-    bgr = cv2.resize(_decode(media["wide"], (320, 180))[0], (64, 36))
+    bgr = cv2.resize(ffmpeg_frames(media["wide"], (320, 180))[0], (64, 36))
     assert np.array_equal(frames[0, :, 14:50].transpose(1, 2, 0), bgr[..., ::-1])
 
 
