@@ -1,10 +1,13 @@
-"""Soak: both loaders for minutes on end, with a camera that drops every 30 s; nothing may grow.
+"""Soak: both loaders for minutes on end, with cameras that go down; nothing may grow.
 
-Workload: a StreamLoader over 4 streams (a real RTSP server on loopback, serving a looping
-clip, which this run stops and restarts every ``--cut-every-s``; and 3 looping files
-replayed at their frame rate), consumed by one thread; and a DataLoader with 2 process
-workers (fresh each epoch, so worker start, shared slots and exit are exercised on every
-epoch) in the main thread, epoch after epoch.
+Workload: a StreamLoader over two cameras (real RTSP servers on loopback, each serving a
+looping clip): camera 0 is stopped and restarted every ``--cut-every-s``, and once, in the
+middle of the run, both are down for ``--both-down-s``; consumed by one thread with a
+plain ``for batch in loader:``.  And a DataLoader with 2 process workers (fresh each
+epoch, so worker start, shared slots and exit are exercised on every epoch) in the main
+thread, epoch after epoch.  The camera loop must never raise, and batches must keep
+coming at the deadline while both cameras are down (the longest gap between two batches
+is printed and must stay under ``MAX_BATCH_GAP_S``).
 
 After every epoch it reads this process's PSS, split into its anonymous part (heap,
 malloc arenas, thread stacks: memory only this process can grow) and its file-backed
@@ -42,6 +45,9 @@ SERVER = ROOT / "tests" / "rtsp_server.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
 PSS_SLOPE_MIB_PER_MIN = 1.0
 COUNT_SLOPE_PER_MIN = 0.5
+# With every camera down the loader ships an empty batch each deadline (0.1 s for live
+# sources); a gap this long means the loop stalled.
+MAX_BATCH_GAP_S = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval-s", type=float, default=30.0, help="seconds between samples")
     parser.add_argument("--cut-every-s", type=float, default=30.0, help="RTSP drop period")
     parser.add_argument("--down-s", type=float, default=5.0, help="how long each drop lasts")
+    parser.add_argument("--both-down-s", type=float, default=60.0,
+                        help="once, mid-run, both cameras are down this long")  # fmt: skip
 
 
 def _clip(directory: Path) -> Path:
@@ -197,35 +205,67 @@ def run(args: argparse.Namespace) -> int:
     from edgeload.video import StreamLoader, VideoSource
 
     stop = threading.Event()
-    counts = {"batches": 0, "epochs": 0, "cuts": 0}
+    counts: dict[str, Any] = {"batches": 0, "epochs": 0, "cuts": 0, "empty": 0}
+    errors: list[BaseException] = []
+    gaps = {"max_s": 0.0, "in_outage_s": 0.0}
+    outage = threading.Event()  # set while both cameras are down
+    camera_lock = threading.Lock()  # one thread starts and stops the cameras at a time
     with tempfile.TemporaryDirectory(prefix="edgeload-soak-") as tmp:
         clip = _clip(Path(tmp))
-        camera = Camera(clip, _free_port())
-        url = camera.start()
+        cameras = [Camera(clip, _free_port()), Camera(clip, _free_port())]
         sources = [
-            VideoSource(url, read_timeout_s=2, open_timeout_s=3, backoff_s=(0.2, 1.0)),
-            *(VideoSource(clip, loop=True, realtime=True) for _ in range(3)),
+            VideoSource(camera.start(), read_timeout_s=2, open_timeout_s=3, backoff_s=(0.2, 1.0))
+            for camera in cameras
         ]
         # Started here, not by the consumer thread: stats and close() see running streams.
-        streams = StreamLoader(sources, size=(160, 120), batch=4).start()
+        streams = StreamLoader(sources, size=(160, 120)).start()
 
         def consume() -> None:
-            for _batch in streams:
-                counts["batches"] += 1
-                if stop.is_set():
-                    return
+            last = time.monotonic()
+            try:
+                for batch in streams:  # the deployed loop: no try/except around next()
+                    now = time.monotonic()
+                    gaps["max_s"] = max(gaps["max_s"], now - last)
+                    if outage.is_set():
+                        gaps["in_outage_s"] = max(gaps["in_outage_s"], now - last)
+                    last = now
+                    counts["batches"] += 1
+                    counts["empty"] += not bool(batch.valid.any())
+                    if stop.is_set():
+                        return
+            except BaseException as exc:  # the verdict reports it
+                errors.append(exc)
 
         def cut() -> None:
             while not stop.wait(args.cut_every_s):
-                camera.stop()
+                with camera_lock:
+                    cameras[0].stop()
                 counts["cuts"] += 1
                 if stop.wait(args.down_s):
                     return
-                camera.start()
+                with camera_lock:
+                    if not outage.is_set() and cameras[0].proc is None:
+                        cameras[0].start()
+
+        def both_down() -> None:
+            if stop.wait(max(0.0, args.minutes * 60 / 2 - args.both_down_s / 2)):
+                return
+            with camera_lock:
+                for camera in cameras:
+                    camera.stop()
+                outage.set()
+            stop.wait(args.both_down_s)
+            with camera_lock:
+                outage.clear()
+                if not stop.is_set():
+                    for camera in cameras:
+                        if camera.proc is None:
+                            camera.start()
 
         threads = [
             threading.Thread(target=consume, name="soak-consumer", daemon=True),
             threading.Thread(target=cut, name="soak-cutter", daemon=True),
+            threading.Thread(target=both_down, name="soak-outage", daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -267,7 +307,8 @@ def run(args: argparse.Namespace) -> int:
             streams.close()
             for thread in threads:
                 thread.join(15)
-            camera.stop()
+            for camera in cameras:
+                camera.stop()
     if len(rows) < 4:
         print("bench soak: too few samples for a verdict; run longer (--minutes)")
         return 2
@@ -283,6 +324,15 @@ def run(args: argparse.Namespace) -> int:
         "PSS is anonymous (heap, arenas, stacks: the verdict) plus file-backed (shared "
         "library pages, whose PSS share moves as other processes that map them come and go)"
     )
+    print(
+        f"camera loop: {counts['empty']} empty batches; longest gap between batches "
+        f"{gaps['max_s']:.2f} s, {gaps['in_outage_s']:.2f} s while both cameras were down "
+        f"({args.both_down_s:g} s)"
+    )
+    if errors:
+        grew.append(f"the camera loop raised {type(errors[0]).__name__}: {errors[0]}")
+    if gaps["max_s"] > MAX_BATCH_GAP_S:
+        grew.append(f"the camera loop waited {gaps['max_s']:.1f} s for a batch")
     if grew:
         print("FAIL: " + "; ".join(grew))
         return 1
