@@ -446,6 +446,47 @@ def csi_pipeline(
     ), "NV12"
 
 
-def device_pipeline(device: str) -> str:
-    """A V4L2 camera (``/dev/videoN``)."""
-    return f"v4l2src device={quote(device)} ! {TO_BGR} ! {LIVE_SINK}"
+def device_pipeline(
+    device: str,
+    mode: Any = None,
+    *,
+    board: str = "",
+    out: Output | None = None,
+    elements: Elements = has_element,
+) -> tuple[str, str]:
+    """A V4L2 camera (``/dev/videoN``) in ``mode`` (a :class:`~edgeload.video._v4l2.CameraMode`,
+    None: the camera's default), and the YUV layout it delivers ('' for BGR).
+
+    MJPEG is decoded by ``nvv4l2decoder mjpeg=1`` on a Jetson (NVIDIA's Accelerated
+    GStreamer guide), else ``jpegdec``; raw YUYV is ``YUY2`` in GStreamer's caps.  A mode
+    of unknown format asks for either, raw or JPEG, and ``decodebin`` takes what comes.
+    With a mode the frames are scaled once to the loader's size, as a decoded stream's.
+    """
+    head = f"v4l2src device={quote(device)}"
+    if mode is None:
+        return f"{head} ! {TO_BGR} ! {LIVE_SINK}", ""
+    dims = f",width={mode.width},height={mode.height}" if mode.width and mode.height else ""
+    if mode.fps:
+        from ._v4l2 import framerate
+
+        dims += f",framerate={framerate(mode.fps)}"
+    if mode.fourcc in ("MJPG", "JPEG"):
+        if board == "jetson" and elements("nvv4l2decoder"):
+            chain = f"image/jpeg{dims} ! jpegparse ! nvv4l2decoder mjpeg=1"
+        else:
+            chain = f"image/jpeg{dims} ! jpegdec"
+    elif mode.fourcc == "YUYV":
+        chain = f"video/x-raw,format=YUY2{dims}"
+    elif mode.fourcc:
+        from ..errors import SourceError
+
+        raise SourceError(
+            f"video source {device!r}: edgeload has no GStreamer caps for camera format "
+            f"{mode.fourcc!r}; ask for fourcc='MJPG' or 'YUYV', or write the pipeline after 'gst:'",
+            source=device,
+        )
+    else:
+        chain = quote(f"video/x-raw{dims};image/jpeg{dims}") + " ! decodebin"
+    info = StreamInfo(width=mode.width, height=mode.height)
+    tail, yuv = output_chain(board, out or Output(), info, live=True)
+    return f"{head} ! {chain} ! {tail} ! {LIVE_SINK}", yuv
