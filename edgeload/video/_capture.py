@@ -84,6 +84,8 @@ from ._gstreamer import (
     device_pipeline,
     discover,
     has_element,
+    libcamera_pipeline,
+    list_pi_cameras,
 )
 from ._v4l2 import (
     CameraMode,
@@ -271,6 +273,7 @@ def build_target(
     elements: Elements = has_element,
     camera: CameraRequest | None = None,
     modes: Sequence[CameraMode] | None = None,
+    pi_cameras: Sequence[str] | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -289,6 +292,8 @@ def build_target(
         elements: whether this GStreamer has an element (tests pass a board's list).
         camera: a USB camera's requested size, rate and format.
         modes: the camera's modes; None lists them (``v4l2-ctl``) when ``camera`` asks.
+        pi_cameras: a Raspberry Pi's libcamera camera ids; None lists them (``cam -l``)
+            for ``csi://N`` on a Pi.
 
     Raises:
         SourceError: the source needs GStreamer and this OpenCV has none, its codec
@@ -318,6 +323,10 @@ def build_target(
         want = "ffmpeg"
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
+    if kind == "csi" and decoder in ("rpi4", "rpi5"):
+        ids = list_pi_cameras() if pi_cameras is None else list(pi_cameras)
+        pipeline, yuv = libcamera_pipeline(int(value), output or Output(), cameras=ids)
+        return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "csi":
         pipeline, yuv = csi_pipeline(int(value), output or Output())
         return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
