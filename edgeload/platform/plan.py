@@ -33,9 +33,11 @@ from .facts import Platform
 from .profile import Profile, check_overrides, load_profile
 
 __all__ = [
+    "DECODE_BUDGETS",
     "PROCESS_WORKER_BYTES",
     "Plan",
     "Threads",
+    "decode_budget",
     "format_mib",
     "plan_for",
     "slot_count",
@@ -159,6 +161,8 @@ def plan_for(
     live: bool | None = None,
     finite: bool = False,
     prefetch_bytes: int | None = None,
+    source_size: tuple[int, int] | None = None,
+    source_fps: float | None = None,
     **overrides: Any,
 ) -> Plan:
     """Decide the numbers for one loader.
@@ -179,6 +183,9 @@ def plan_for(
         finite: for video files (``live=False``), every one is read once to its end
             (no loop, no realtime pace), so the job lasts as long as its costliest file.
         prefetch_bytes: an explicit prefetch budget, bytes; overrides the profile's fraction.
+        source_size: the streams' own size ``(width, height)`` as decoded, for the
+            board's decode budget; default ``frame``.
+        source_fps: the streams' own frame rate, for the decode budget; default 30.
         **overrides: profile keys (``worker_kind``, ``num_workers``, ``memory_mode``,
             ``decode_backend``, ``thread_budget``) that win over every profile.
 
@@ -191,6 +198,9 @@ def plan_for(
     """
     _check_plan_arguments(streams, frame, item_bytes, batch, gil_bound, live, finite,
                           prefetch_bytes, profile)  # fmt: skip
+    if source_size is not None:
+        _args.pair_of_ints("plan_for", "source_size", source_size, what="(width, height)")
+    _args.number("plan_for", "source_fps", source_fps, above=0, none_ok=True)
     overrides = check_overrides(overrides)
     if platform is None:
         from .probe import probe
@@ -235,7 +245,80 @@ def plan_for(
         usable_cores=usable,
         profile_source=profile.source,
         reasons=reasons,
-        notes=(platform.unsupported,) if platform.unsupported else (),
+        notes=tuple(
+            note
+            for note in (
+                platform.unsupported,
+                decode_budget_note(
+                    platform, work.streams, source_size or frame or (640, 640), source_fps
+                ),
+            )
+            if note
+        ),
+    )
+
+
+class DecodeBudget(NamedTuple):
+    """How many 1080p30 H.265 streams a board's hardware decoder keeps up with."""
+
+    model_contains: str
+    """Matched, case-insensitive, against :attr:`Platform.model`; first match wins."""
+    streams_1080p30: float
+    source: str
+
+
+# From the vendors' module data sheets (H.265; H.264 is the same or lower on every
+# board listed).  A rate is counted in pixels per second, the unit these decoders
+# are specified in: one 4K60 stream is eight 1080p30 ones.  Order matters: the more
+# specific name first.  Sources: NVIDIA Jetson module data sheets and the Jetson
+# module comparison (developer.nvidia.com/embedded/jetson-modules), "Video decode"
+# rows; Raspberry Pi 4/5 product briefs (raspberrypi.com), "H.265 (HEVC) 4Kp60 decode".
+DECODE_BUDGETS: tuple[DecodeBudget, ...] = (
+    DecodeBudget("AGX Orin 32GB", 18, "Jetson AGX Orin 32GB data sheet: 18x 1080p30 H.265"),
+    # The devkit module (p3701-0000) is specified as the 64GB module.
+    DecodeBudget("AGX Orin", 22, "Jetson AGX Orin 64GB data sheet: 22x 1080p30 H.265"),
+    DecodeBudget("Orin NX", 18, "Jetson Orin NX data sheet: 18x 1080p30 H.265"),
+    DecodeBudget("Orin Nano", 11, "Jetson Orin Nano data sheet: 11x 1080p30 H.265"),
+    DecodeBudget("AGX Xavier", 52, "Jetson AGX Xavier data sheet: 52x 1080p30 H.265"),
+    DecodeBudget("Xavier NX", 32, "Jetson Xavier NX data sheet: 32x 1080p30 H.265"),
+    DecodeBudget("Jetson TX2", 14, "Jetson TX2 data sheet: 14x 1080p30 H.265"),
+    DecodeBudget("Jetson Nano", 8, "Jetson Nano data sheet: 8x 1080p30 H.265"),
+    DecodeBudget("Raspberry Pi 5", 8, "Raspberry Pi 5 product brief: 4Kp60 HEVC"),
+    DecodeBudget("Raspberry Pi 4", 8, "Raspberry Pi 4 product brief: 4Kp60 HEVC"),
+)
+_REFERENCE_PIXELS_PER_SECOND = 1920 * 1080 * 30
+
+
+def decode_budget(platform: Platform) -> DecodeBudget | None:
+    """The board's hardware decode budget, or None where it is not known."""
+    model = str(platform.model or "").lower()
+    for budget in DECODE_BUDGETS:
+        if budget.model_contains.lower() in model:
+            return budget
+    return None
+
+
+def decode_budget_note(
+    platform: Platform, streams: int, size: tuple[int, int], fps: float | None
+) -> str | None:
+    """A note when ``streams`` of ``size`` at ``fps`` (default 30) exceed the board's
+    hardware decode budget; None within it, or where the budget is unknown."""
+    budget = decode_budget(platform)
+    if budget is None or not streams:
+        return None
+    rate = 30.0 if fps is None else float(fps)
+    each = size[0] * size[1] * rate / _REFERENCE_PIXELS_PER_SECOND
+    load = streams * each
+    if load <= budget.streams_1080p30:
+        return None
+    return (
+        f"decode budget exceeded: {streams} stream(s) of {size[0]}x{size[1]} at {rate:g} fps "
+        f"are {load:.1f} 1080p30-equivalents, {platform.model} decodes about "
+        f"{budget.streams_1080p30:g} ({budget.source}), {load - budget.streams_1080p30:.1f} "
+        "over: frames will arrive late or be dropped. What helps: the cameras' substreams "
+        "at a lower resolution (640x360 is 1/9 of 1080p), key-frames only (nvv4l2decoder "
+        "skip-frames=2), or a lower frame rate set on the camera (edgeload's fps= drops "
+        "frames after decode)"
     )
 
 

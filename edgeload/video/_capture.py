@@ -61,7 +61,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Tuple
@@ -84,6 +84,16 @@ from ._gstreamer import (
     device_pipeline,
     discover,
     has_element,
+    libcamera_pipeline,
+    list_pi_cameras,
+)
+from ._v4l2 import (
+    CameraMode,
+    CameraRequest,
+    choose_mode,
+    fourcc_text,
+    list_modes,
+    requested_mode,
 )
 
 SourceKind = Literal["file", "rtsp", "http", "stream", "device", "csi", "pipeline"]
@@ -143,6 +153,8 @@ class Target:
     source_size: tuple[int, int] | None = None
     """The decoded picture's ``(width, height)`` as found before opening; with ``yuv``
     the pipeline may scale it, so the frame writer maps boxes from this size."""
+    camera_mode: CameraMode | None = None
+    """A USB camera: the mode asked of it (the closest it lists to the request)."""
 
     @property
     def live(self) -> bool:
@@ -259,6 +271,9 @@ def build_target(
     output: Output | None = None,
     info: StreamInfo | None = None,
     elements: Elements = has_element,
+    camera: CameraRequest | None = None,
+    modes: Sequence[CameraMode] | None = None,
+    pi_cameras: Sequence[str] | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -275,10 +290,14 @@ def build_target(
         info: the stream's codec and container; None finds them (files now, RTSP when
             the reader opens it: :func:`resolve`).
         elements: whether this GStreamer has an element (tests pass a board's list).
+        camera: a USB camera's requested size, rate and format.
+        modes: the camera's modes; None lists them (``v4l2-ctl``) when ``camera`` asks.
+        pi_cameras: a Raspberry Pi's libcamera camera ids; None lists them (``cam -l``)
+            for ``csi://N`` on a Pi.
 
     Raises:
-        SourceError: the source needs GStreamer and this OpenCV has none, or its codec
-            has no decoder here.
+        SourceError: the source needs GStreamer and this OpenCV has none, its codec
+            has no decoder here, or the camera has no mode of the requested format.
     """
     want = preferred if backend == "auto" else backend
     if kind == "stream":
@@ -304,15 +323,36 @@ def build_target(
         want = "ffmpeg"
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
+    if kind == "csi" and decoder in ("rpi4", "rpi5"):
+        ids = list_pi_cameras() if pi_cameras is None else list(pi_cameras)
+        pipeline, yuv = libcamera_pipeline(int(value), output or Output(), cameras=ids)
+        return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "csi":
         pipeline, yuv = csi_pipeline(int(value), output or Output())
         return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "device":
+        dev = value if isinstance(value, str) else f"/dev/video{value}"
+        mode = None
+        if camera is not None and not camera.empty:
+            listed = list_modes(dev) if modes is None else modes
+            if listed and choose_mode(listed, camera) is None:
+                have = ", ".join(sorted({m.fourcc for m in listed}))
+                raise SourceError(
+                    f"video source {value!r}: the camera has no {camera.fourcc or 'MJPG or YUYV'} "
+                    f"mode (its formats: {have}); pass fourcc=None, or write the pipeline "
+                    "after 'gst:'",
+                    source=value,
+                )
+            mode = requested_mode(camera, listed)
+        size = (mode.width, mode.height) if mode is not None and mode.width else None
         if want == "gstreamer":
-            dev = value if isinstance(value, str) else f"/dev/video{value}"
-            return Target(kind, "gstreamer", device_pipeline(dev))
+            pipeline, yuv = device_pipeline(dev, mode, board=decoder, out=output,
+                                            elements=elements)  # fmt: skip
+            return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder,
+                          output=output if yuv else None, source_size=size,
+                          camera_mode=mode)  # fmt: skip
         index = value if isinstance(value, int) else int(str(value)[len("/dev/video") :])
-        return Target(kind, "any", str(value), index=index)
+        return Target(kind, "any", str(value), index=index, camera_mode=mode)
     transport = rtsp_transport if kind == "rtsp" else None
     if want == "ffmpeg":
         return Target(kind, "ffmpeg", str(value), rtsp_transport=transport)
@@ -395,7 +435,29 @@ def open_capture(
     if not cap.isOpened():
         cap.release()
         return None
+    mode = target.camera_mode
+    if mode is not None and target.backend == "any":
+        # V4L2 applies a format only before streaming starts: fourcc first, as the size
+        # and rates a camera offers depend on it.
+        if mode.fourcc:
+            cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*mode.fourcc))
+        if mode.width and mode.height:
+            cap.set(cv2.CAP_PROP_FRAME_WIDTH, mode.width)
+            cap.set(cv2.CAP_PROP_FRAME_HEIGHT, mode.height)
+        if mode.fps:
+            cap.set(cv2.CAP_PROP_FPS, mode.fps)
     return cap
+
+
+def opened_mode(cap: Any) -> CameraMode:
+    """The mode a camera capture runs in, as OpenCV reads it back."""
+    cv2 = require_cv2()
+    return CameraMode(
+        fourcc_text(cap.get(cv2.CAP_PROP_FOURCC)),
+        int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)),
+        int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+        round(float(cap.get(cv2.CAP_PROP_FPS)), 3),
+    )
 
 
 def threads_for_size(target: Target, cap: Any, threads: int) -> int:

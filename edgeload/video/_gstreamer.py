@@ -20,7 +20,9 @@ by plugin file names):
   ``nvarguscamerasrc`` in NV12 at a sensor mode, scaled and flipped by ``nvvidconv``.
   The properties set are checked against the boards' gst-inspect outputs
   (tests/fixtures/gst-inspect/);
-- Raspberry Pi 4 (BCM2711 and older): ``v4l2h264dec`` for H.264;
+- Raspberry Pi 4 (BCM2711 and older): ``v4l2h264dec`` for H.264; a Pi camera module
+  (``csi://N`` on a Pi) is ``libcamerasrc`` (camera N as ``cam -l`` lists it) in I420
+  at the target size, scaled by the ISP (:func:`libcamera_pipeline`);
 - Raspberry Pi 4/5 HEVC: the stateless ``v4l2slh265dec`` only after a start-up decode
   self-test passes (known failures: raspberrypi/linux#7363, #7536), else ``avdec_h265``;
 - elsewhere software: ``avdec_h264``, ``avdec_h265``, ``jpegdec`` (MJPEG), ``vp8dec``,
@@ -46,6 +48,7 @@ Every value placed into a pipeline goes through :func:`quote`.  Live inputs end 
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 import warnings
@@ -446,6 +449,115 @@ def csi_pipeline(
     ), "NV12"
 
 
-def device_pipeline(device: str) -> str:
-    """A V4L2 camera (``/dev/videoN``)."""
-    return f"v4l2src device={quote(device)} ! {TO_BGR} ! {LIVE_SINK}"
+def device_pipeline(
+    device: str,
+    mode: Any = None,
+    *,
+    board: str = "",
+    out: Output | None = None,
+    elements: Elements = has_element,
+) -> tuple[str, str]:
+    """A V4L2 camera (``/dev/videoN``) in ``mode`` (a :class:`~edgeload.video._v4l2.CameraMode`,
+    None: the camera's default), and the YUV layout it delivers ('' for BGR).
+
+    MJPEG is decoded by ``nvv4l2decoder mjpeg=1`` on a Jetson (NVIDIA's Accelerated
+    GStreamer guide), else ``jpegdec``; raw YUYV is ``YUY2`` in GStreamer's caps.  A mode
+    of unknown format asks for either, raw or JPEG, and ``decodebin`` takes what comes.
+    With a mode the frames are scaled once to the loader's size, as a decoded stream's.
+    """
+    head = f"v4l2src device={quote(device)}"
+    if mode is None:
+        return f"{head} ! {TO_BGR} ! {LIVE_SINK}", ""
+    dims = f",width={mode.width},height={mode.height}" if mode.width and mode.height else ""
+    if mode.fps:
+        from ._v4l2 import framerate
+
+        dims += f",framerate={framerate(mode.fps)}"
+    if mode.fourcc in ("MJPG", "JPEG"):
+        if board == "jetson" and elements("nvv4l2decoder"):
+            chain = f"image/jpeg{dims} ! jpegparse ! nvv4l2decoder mjpeg=1"
+        else:
+            chain = f"image/jpeg{dims} ! jpegdec"
+    elif mode.fourcc == "YUYV":
+        chain = f"video/x-raw,format=YUY2{dims}"
+    elif mode.fourcc:
+        from ..errors import SourceError
+
+        raise SourceError(
+            f"video source {device!r}: edgeload has no GStreamer caps for camera format "
+            f"{mode.fourcc!r}; ask for fourcc='MJPG' or 'YUYV', or write the pipeline after 'gst:'",
+            source=device,
+        )
+    else:
+        chain = quote(f"video/x-raw{dims};image/jpeg{dims}") + " ! decodebin"
+    info = StreamInfo(width=mode.width, height=mode.height)
+    tail, yuv = output_chain(board, out or Output(), info, live=True)
+    return f"{head} ! {chain} ! {tail} ! {LIVE_SINK}", yuv
+
+
+def libcamera_pipeline(
+    index: int,
+    out: Output,
+    *,
+    cameras: list[str],
+    capture: tuple[int, int, int] = CSI_CAPTURE,
+) -> tuple[str, str]:
+    """A Raspberry Pi camera module (``csi://N`` on a Pi) through libcamera's GStreamer
+    element, and the YUV layout it delivers.
+
+    The Pi's ISP scales to the loader's size, so the caps ask for that size in I420 and
+    nothing after the source scales or converts; the rate is asked of the sensor (an
+    ``fps`` limit, else ``capture``'s), so a frame never wanted is never made.  Camera N
+    is ``cameras[N]``, libcamera's id as ``cam -l`` lists it; with no list, camera 0 is
+    libcamerasrc's default (the first camera).
+
+    Raises:
+        SourceError: camera N does not exist, or N > 0 and the cameras cannot be listed.
+    """
+    from ..errors import SourceError
+
+    if index < len(cameras):
+        head = f"libcamerasrc camera-name={quote(cameras[index])}"
+    elif index == 0 and not cameras:
+        head = "libcamerasrc"
+    else:
+        have = ", ".join(f"{i}: {name}" for i, name in enumerate(cameras)) or "none listed"
+        raise SourceError(
+            f"video source 'csi://{index}': no Raspberry Pi camera {index} (cameras: {have}); "
+            "check the ribbon cable and `rpicam-hello --list-cameras`, or install "
+            "libcamera-tools so `cam -l` can list them",
+            source=f"csi://{index}",
+        )
+    w, h, rate = capture
+    size = out.size or (w, h)
+    if out.resize == "letterbox":
+        size = letterbox_box((w, h), size)
+    # 4:2:0 needs even sides: round down, the frame writer resizes the last pixel.
+    width, height = max(2, size[0] - size[0] % 2), max(2, size[1] - size[1] % 2)
+    from ._v4l2 import framerate
+
+    fps = framerate(min(out.fps, rate) if out.fps else rate)
+    caps = f"video/x-raw,format=I420,width={width},height={height},framerate={fps}"
+    return f"{head} ! {caps} ! {LIVE_SINK}", "I420"
+
+
+_CAM_LIST = re.compile(r"^\s*\d+:\s.*\((\S.*)\)\s*$")
+
+
+def parse_cam_list(text: str) -> list[str]:
+    """libcamera's camera ids from ``cam -l`` (``1: 'imx219' (/base/soc/.../imx219@10)``),
+    in order: ``csi://0`` is the first."""
+    return [m.group(1) for m in map(_CAM_LIST.match, text.splitlines()) if m]
+
+
+def list_pi_cameras(*, timeout_s: float = 5.0) -> list[str]:
+    """The Pi's camera ids from ``cam -l``; empty where the tool is missing or fails."""
+    tool = shutil.which("cam")
+    if tool is None:
+        return []
+    try:
+        done = subprocess.run([tool, "-l"], capture_output=True, text=True,
+                              timeout=timeout_s, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_cam_list(done.stdout) if done.returncode == 0 else []

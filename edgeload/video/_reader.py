@@ -88,11 +88,13 @@ from ._capture import (
     cut_connections,
     guard_for,
     open_capture,
+    opened_mode,
     remote_addresses,
     resolve,
     threads_for_size,
 )
 from ._preflight import preflight
+from ._v4l2 import CameraMode
 from .source import SourceState, VideoSource
 
 # A sink takes the decoded BGR frame (only valid during the call) and its seq, pts_ms
@@ -256,6 +258,7 @@ class Connection:
         self.last_error: StreamFault | None = None
         self.retry_at: float | None = None
         self.unopenable = False  # the source can never open here (no decoder for its codec)
+        self.camera_opened: CameraMode | None = None  # a camera's mode, as OpenCV reads it
 
     def report(self, message: str) -> None:
         """Record a fault seen without an exception as the stream's latest."""
@@ -327,6 +330,8 @@ class Connection:
                 return None
             with self._blocking(src.open_timeout_s):
                 cap = self._open_sized()
+            if cap is not None and self.target.kind == "device":
+                self.camera_opened = opened_mode(cap)
             if cap is not None and self._guard is not None:
                 cap = GuardedCapture(cap, self._guard, src.read_timeout_s)
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader

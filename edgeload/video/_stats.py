@@ -95,6 +95,15 @@ def _stream_stats(stream: Any) -> dict[str, Any]:
             retry_in_s=None if conn.retry_at is None else round(conn.retry_at - now, 2),
             position=frames.playhead.position,
         )
+    if src.kind == "device":
+        asked, opened = (
+            target.camera_mode,
+            None if reader is None else reader.connection.camera_opened,
+        )
+        out["camera_mode"] = {
+            "asked": None if asked is None else asked.describe(),
+            "opened": None if opened is None else opened.describe(),
+        }
     return out
 
 

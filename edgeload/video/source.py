@@ -23,6 +23,7 @@ from .. import _args
 from ..errors import ArgumentError, SourceError, redact
 from ..vocabulary import DecodeBackendSetting
 from ._capture import NETWORK_KINDS, RtspTransport, SourceKind, classify, recorded_url
+from ._v4l2 import FOURCCS, CameraRequest, Fourcc
 
 Policy = Literal["latest", "every"]
 _POLICIES = ("latest", "every")
@@ -90,6 +91,14 @@ class VideoSource:
             TCP, unless ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` in the environment names
             one.  UDP loses packets (smeared frames) on busy networks and does not
             pass most NATs; ask for it only for a camera that cannot do TCP.
+        resolution: USB cameras (``/dev/videoN``, an index) only: ask the camera for
+            the mode closest to ``(width, height)``, with ``fps`` as its frame rate.
+            The mode is chosen from those the camera lists (``v4l2-ctl``; raw over MJPG
+            where raw reaches the rate, MJPG where it cannot) and ``stats()`` shows the
+            mode asked and the one opened.  None: the camera's current mode, and
+            ``fps`` only limits delivery.
+        fourcc: USB cameras only: ``MJPG`` or ``YUYV`` (None: whichever fits the
+            request best).
 
     Attributes:
         uri: the input as given; only the code that opens it reads it.
@@ -118,6 +127,8 @@ class VideoSource:
         backoff_s: tuple[float, float] = (0.5, 10.0),
         max_retries: int | None = None,
         rtsp_transport: RtspTransport | None = None,
+        resolution: tuple[int, int] | None = None,
+        fourcc: Fourcc | None = None,
     ) -> None:
         kind, value = classify(uri)  # SourceError for what is no source (None, 3.5)
         self.uri: str | int = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
@@ -142,6 +153,20 @@ class VideoSource:
                 f"{owner}: rtsp_transport must be one of {_TRANSPORTS} "
                 f"and given for rtsp:// sources only, got {rtsp_transport!r}"
             )
+        if resolution is not None:
+            resolution = _args.pair_of_ints(owner, "resolution", resolution, what="(width, height)")
+        fourcc = _args.choice(owner, "fourcc", fourcc, FOURCCS, none_ok=True)
+        if (resolution is not None or fourcc is not None) and kind != "device":
+            raise ArgumentError(
+                f"{owner}: resolution= and fourcc= apply to USB cameras (/dev/videoN or a "
+                f"camera index) only; this source is {kind!r}: leave them out"
+            )
+        # Asked of the camera only with a size or format: fps alone limits delivery.
+        self.camera: CameraRequest | None = (
+            CameraRequest(resolution, fps, fourcc)
+            if resolution is not None or fourcc is not None
+            else None
+        )
         if name is not None and (not isinstance(name, str) or not name):
             raise ArgumentError(f"{owner}: name must be a non-empty str or None, got {name!r}")
         self.open_timeout_s = _args.number(owner, "open_timeout_s", open_timeout_s, above=0)

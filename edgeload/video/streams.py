@@ -348,7 +348,7 @@ def target_for(
     plan = plan_for(streams=1, platform=platform) if plan is None else plan
     return build_target(src.kind, src.value, backend=src.backend,
                         preferred=plan.decode_backend, decoder=hardware_decoder(platform),
-                        rtsp_transport=src.rtsp_transport,
+                        rtsp_transport=src.rtsp_transport, camera=src.camera,
                         output=Output(size=size, resize=resize, fps=src.fps))  # fmt: skip
 
 

@@ -235,3 +235,53 @@ def test_a_datasets_slots_follow_the_loaders_tasks_in_flight(kind):
     assert tasks_in_flight(2, 3) == 6
     assert tasks_in_flight(2, 0) == 2
     assert tasks_in_flight(0, None) == 0
+
+
+def test_decode_budget_exceeded_on_agx_orin_says_by_how_much_and_what_helps():
+    platform = probe(FIXTURES / "jetson-agx-orin")
+    plan = plan_for(streams=32, frame=(1920, 1080), platform=platform)
+    (note,) = [n for n in plan.notes if "decode budget" in n]
+    assert "32.0 1080p30-equivalents" in note
+    assert "about 22" in note and "10.0 over" in note
+    assert "substream" in note and "key-frames" in note and "frame rate" in note
+    assert note in plan.describe()
+
+
+@pytest.mark.parametrize(
+    ("board", "streams", "size", "fps", "over"),
+    [
+        ("jetson-agx-orin", 22, (1920, 1080), None, None),
+        ("jetson-orin-nano", 12, (1920, 1080), None, "1.0 over"),
+        ("jetson-orin-nano", 6, (1920, 1080), 60, "1.0 over"),
+        ("jetson-orin-nano", 32, (640, 360), None, None),
+        ("jetson-xavier-nx", 33, (1920, 1080), 30, "1.0 over"),
+        ("jetson-nano", 3, (3840, 2160), 30, "4.0 over"),
+    ],
+)
+def test_decode_budget_in_1080p30_equivalents(board, streams, size, fps, over):
+    plan = plan_for(
+        streams=streams,
+        frame=(640, 640),
+        source_size=size,
+        source_fps=fps,
+        platform=probe(FIXTURES / board),
+    )
+    notes = [n for n in plan.notes if "decode budget" in n]
+    if over is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and over in notes[0]
+
+
+@pytest.mark.parametrize("board", ["x86-desktop", "jetson-agx-orin-container", "rpi-zero-2w"])
+def test_unknown_decode_budget_says_nothing(board):
+    plan = plan_for(streams=64, frame=(1920, 1080), platform=probe(FIXTURES / board))
+    assert not any("decode budget" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("source_size", (0, 10)), ("source_fps", 0), ("source_fps", "30")]
+)
+def test_decode_budget_arguments_are_checked(name, value):
+    with pytest.raises(ArgumentError, match=name):
+        plan_for(streams=1, platform=probe(FIXTURES / "x86-desktop"), **{name: value})
