@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -170,24 +171,28 @@ class _DeviceView:
         self._owner = owner
         self._stream = stream
         self.__cuda_array_interface__ = cuda_array_interface(array, owner)
+        # The fence is for the next user of the slot: at interpreter exit there is none.
+        weakref.finalize(self, _fence_after_use, array, owner, stream).atexit = False
 
-    def __del__(self) -> None:
-        if sys.is_finalizing():  # nothing reuses the slot now, and events may not be made
-            return
-        try:
-            engine, stream = self._owner.engine, self._stream
-            dropping = engine.current_stream()
-            if dropping is not stream and dropping != stream:
-                done_there = engine.new_event()
-                done_there.record(dropping)
-                stream.wait_event(done_there)
-            if self._owner.attach_per_stream:
-                engine.attach(self._owner, stream, mode="host")
-            # A fence, not a hold: the slot pool skips fenced slots by itself, and a
-            # hold would count as a batch the user keeps until a polling thread noticed.
-            fence_bytes(self._array, stream)
-        except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
-            _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
+
+def _fence_after_use(array: np.ndarray[Any, Any], owner: SlotMemory, stream: Any) -> None:
+    """A device view's finalizer: fence the slot's bytes on ``stream`` (see _DeviceView)."""
+    if sys.is_finalizing():  # nothing reuses the slot now, and events may not be made
+        return
+    try:
+        engine = owner.engine
+        dropping = engine.current_stream()
+        if dropping is not stream and dropping != stream:
+            done_there = engine.new_event()
+            done_there.record(dropping)
+            stream.wait_event(done_there)
+        if owner.attach_per_stream:
+            engine.attach(owner, stream, mode="host")
+        # A fence, not a hold: the slot pool skips fenced slots by itself, and a
+        # hold would count as a batch the user keeps until a polling thread noticed.
+        fence_bytes(array, stream)
+    except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
+        _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
 
 
 def as_cuda_tensor(array: Any, *, device: Any = None) -> Any:

@@ -44,6 +44,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Union
@@ -197,6 +198,9 @@ class StreamLoader:
             all_down=table.all_down,
         )  # fmt: skip
         table.keep_placed(mux.assembler.set_streams)
+        # close() and a loader dropped without it stop the same parts, which never hold
+        # the loader (so it can be collected while its threads run).
+        self._finalizer = weakref.finalize(self, _stop, mux, table)
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=running,
             ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
@@ -306,16 +310,17 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        # The mux and the readers stop, are joined (the timeout is for the lot), then
-        # the queue and the slot pools are given back.
-        self._mux.stop()
-        threads = self._table.stop_readers() + self._mux.threads()
-        join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
-        self._mux.release()
+        self._finalizer()
 
-    def __del__(self) -> None:
-        if getattr(self, "_lifecycle", Lifecycle.CLOSED) is not Lifecycle.CLOSED:
-            self.close()
+
+def _stop(mux: Mux, table: StreamTable) -> None:
+    """A loader's finalizer: stop its threads, then give its slots back."""
+    # The mux and the readers stop, are joined (the timeout is for the lot), then
+    # the queue and the slot pools are given back.
+    mux.stop()
+    threads = table.stop_readers() + mux.threads()
+    join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
+    mux.release()
 
 
 def target_for(
