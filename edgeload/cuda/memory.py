@@ -19,7 +19,7 @@ import logging
 import sys
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from .._deps import require_torch
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._lease import SlotMemory, fence_bytes, find_owner
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from .engine import Engine
 
 __all__ = [
     "CudaBacking",
@@ -40,7 +43,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-def _engine(engine: Any) -> Any:
+def _engine(engine: Engine | None) -> Engine:
     if engine is not None:
         return engine
     from .engine import default_engine
@@ -49,7 +52,7 @@ def _engine(engine: Any) -> Any:
 
 
 def allocate_gpu_array(
-    mode: MemoryMode, nbytes: int, *, engine: Any = None
+    mode: MemoryMode, nbytes: int, *, engine: Engine | None = None
 ) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """Allocate ``nbytes`` of slot memory in a GPU mode, as a flat uint8 array.
 
@@ -92,7 +95,7 @@ class CudaBacking:
     name: str | None = None
     shm_dir = ""
 
-    def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Any = None) -> None:
+    def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Engine | None = None) -> None:
         self._array: np.ndarray[Any, Any] | None = allocate_gpu_array(mode, nbytes, engine=engine)
         self.buffer = self._array.data
 
@@ -103,7 +106,9 @@ class CudaBacking:
         self._array = None
 
 
-def gpu_allocator(mode: MemoryMode, engine: Any = None) -> Callable[[int, bool, str], CudaBacking]:
+def gpu_allocator(
+    mode: MemoryMode, engine: Engine | None = None
+) -> Callable[[int, bool, str], CudaBacking]:
     """The slot-pool allocator for a GPU memory mode (``register_memory_mode``'s second argument).
 
     Args:
@@ -151,7 +156,7 @@ def cuda_array_interface(array: np.ndarray[Any, Any], owner: SlotMemory) -> dict
     }
 
 
-def _attach_mode(engine: Any, stream: Any) -> str:
+def _attach_mode(engine: Engine, stream: Any) -> str:
     # cudaMemAttachSingle is invalid on the legacy NULL stream (torch's default), so there
     # the slot is attached globally for the use; other slots stay host-attached, which
     # keeps the decoder free to write them while kernels run.

@@ -46,7 +46,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .._deps import require_torch
 from ..errors import (
@@ -65,6 +65,9 @@ from ._sampling import EpochOrder
 from ._settings import LoaderSettings, LoaderWorkerKind, start_method_of
 from ._state import EpochProgress, LoaderState
 from ._worker import Fetcher, FetchSpec, Result, SlotClaim, Task, WorkerStart, _init_worker, _run
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 _log = logging.getLogger("edgeload")
 
@@ -602,7 +605,7 @@ class LoaderSlots:
         budget_bytes: int | None,
         shared: bool,
         mode: str,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         self.enabled = enabled
         self._in_flight = in_flight
@@ -740,7 +743,7 @@ def map_tensors(fn: Callable[[Any], Any], value: Any) -> Any:
     return value
 
 
-def pin_batch(batch: Any, engine: Any) -> Any:
+def pin_batch(batch: Any, engine: Engine | None) -> Any:
     """``batch`` copied into page-locked memory (torch's ``pin_memory=True`` step)."""
     if engine is None:
         torch = require_torch()

@@ -36,7 +36,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .. import _args
 from ..errors import ArgumentError, ClosedError
@@ -61,6 +61,9 @@ from ._state import (
     state_fit,
 )
 from ._worker import get_worker_info, install_seed_hooks, install_torch_hook
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 __all__ = ["DataLoader", "get_worker_info"]
 
@@ -149,7 +152,7 @@ class DataLoader(Generic[T_co]):
         memory_mode: str = "auto",
         on_error: Literal["raise", "skip"] = "raise",
         max_skips: int = 0,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         num_workers, worker_kind, on_error, memory_mode = check_arguments(  # type: ignore[assignment]
             num_workers=num_workers,
@@ -301,7 +304,7 @@ class DataLoader(Generic[T_co]):
 
     # Epochs: the executor, the slots and the live epoch kept between them -------------
 
-    def _replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
+    def _replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Engine | None) -> None:
         """Stop the workers and free the slots of the previous plan; make slots for this one."""
         self._stop_workers_and_free_slots()
         if choice.worker_kind == "thread":
@@ -609,7 +612,7 @@ def warn_worker_count(num_workers: Any, *, threads: bool) -> None:
     )
 
 
-def check_gpu_mode(memory_mode: str, engine: Any) -> None:
+def check_gpu_mode(memory_mode: str, engine: Engine | None) -> None:
     """Raise PlatformError now (in the constructor) if an explicit GPU mode cannot work."""
     if memory_mode in GPU_MEMORY_MODES:
         from ..cuda.slot_mode import check_slot_mode

@@ -47,7 +47,7 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import numpy as np
 
@@ -70,6 +70,9 @@ from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode, letterbox
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, Policy, SourceState, VideoSource, as_source
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]
 
@@ -144,7 +147,7 @@ class StreamLoader:
         on_error: Literal["continue", "raise"] = "continue",
         timeout_s: float = 60.0,
         profile: Profile | None = None,
-        engine: Any = None,
+        engine: Engine | None = None,
         dtype: Any = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -550,7 +553,9 @@ def with_output(plan: Any, name: str, device: Any) -> Any:
     return dataclasses.replace(plan, output_bytes=plan.slot_bytes * itemsize, reasons=reasons)
 
 
-def memory_mode_for(memory_mode: str, device: Any, plan: Any, engine: Any) -> tuple[str, str]:
+def memory_mode_for(
+    memory_mode: str, device: Any, plan: Any, engine: Engine | None
+) -> tuple[str, str]:
     """The slot memory mode and the reason for it; an explicit GPU mode is checked here,
     in the constructor, not later in the mux thread.
 
@@ -853,7 +858,7 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         _log.warning("edgeload: %s", message)
 
 
-def device_copier(device: Any, engine: Any) -> Any:
+def device_copier(device: Any, engine: Engine | None) -> Any:
     """The copier that brings batches to ``device`` (None keeps them on the CPU).
 
     Made in the loader's constructor, so a device that does not exist is an error
