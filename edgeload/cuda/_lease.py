@@ -166,7 +166,7 @@ class SlotMemory:
 
     def __init__(
         self,
-        engine: Any,
+        engine: Any,  # an Engine: engine.py imports this module, so it cannot be named here
         mode: str,
         nbytes: int,
         *,
@@ -332,7 +332,7 @@ class SlotGuard:
         engine: the GPU engine of the pool's memory.
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any) -> None:  # an Engine, as for SlotMemory
         self.engine = engine
         self._lease_streams: dict[int, Any] = {}  # slot index -> consumer's stream then
 

@@ -115,7 +115,7 @@ def _release(free: Any, ptr: int, fences: Fences) -> None:
         _log.debug("edgeload: freeing CUDA memory at %#x failed: %s", ptr, exc)
 
 
-def allocate_cuda_slot_memory(engine: Any, mode: str, nbytes: int) -> SlotMemory:
+def allocate_cuda_slot_memory(engine: Engine, mode: str, nbytes: int) -> SlotMemory:
     """Allocate ``nbytes`` through the CUDA runtime (CudaEngine.allocate_slot_memory)."""
     runtime = _cuda.load_cudart()
     if mode == "managed":

@@ -37,7 +37,7 @@ from .._deps import require_torch
 from ..errors import PlatformError, WaitTimeout
 from ..vocabulary import GPU_MEMORY_MODES
 from ._lease import SlotMemory, address_of, find_owner
-from .engine import CopyCounter, device_error, torch_device
+from .engine import CopyCounter, Engine, device_error, torch_device
 from .status import CudaStatus
 
 __all__ = ["WAIT_LIMIT_S", "HostDevice", "HostEngine", "HostEvent", "HostStream", "HostStreams"]
@@ -238,7 +238,7 @@ class HostDevice:
             self._tensors[key] = ref
 
     def allocate(
-        self, engine: Any, mode: str, nbytes: int, *, attach_per_stream: bool
+        self, engine: Engine, mode: str, nbytes: int, *, attach_per_stream: bool
     ) -> SlotMemory:
         """Page-aligned anonymous memory standing in for ``mode``'s slot memory."""
         memory = mmap.mmap(-1, nbytes)
@@ -255,7 +255,7 @@ class HostDevice:
         owner._keep = (memory, window)  # type: ignore[attr-defined]
         return owner
 
-    def pin(self, engine: Any, tensor: Any) -> Any:
+    def pin(self, engine: Engine, tensor: Any) -> Any:
         """A copy of ``tensor`` in ``engine``'s "pinned" memory (counted as a ``pin`` copy)."""
         torch = require_torch()
         self.copies.add("pin")

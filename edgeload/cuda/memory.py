@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from .._deps import require_torch
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._lease import SlotMemory, fence_bytes, find_owner
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from .engine import Engine
 
 __all__ = [
     "CudaBacking",
@@ -39,7 +43,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-def _engine(engine: Any) -> Any:
+def _engine(engine: Engine | None) -> Engine:
     if engine is not None:
         return engine
     from .engine import default_engine
@@ -48,7 +52,7 @@ def _engine(engine: Any) -> Any:
 
 
 def allocate_gpu_array(
-    mode: MemoryMode, nbytes: int, *, engine: Any = None
+    mode: MemoryMode, nbytes: int, *, engine: Engine | None = None
 ) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """Allocate ``nbytes`` of slot memory in a GPU mode, as a flat uint8 array.
 
@@ -91,7 +95,7 @@ class CudaBacking:
     name: str | None = None
     shm_dir = ""
 
-    def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Any = None) -> None:
+    def __init__(self, mode: MemoryMode, nbytes: int, *, engine: Engine | None = None) -> None:
         self._array: np.ndarray[Any, Any] | None = allocate_gpu_array(mode, nbytes, engine=engine)
         self.buffer = self._array.data
 
@@ -102,7 +106,9 @@ class CudaBacking:
         self._array = None
 
 
-def gpu_allocator(mode: MemoryMode, engine: Any = None) -> Callable[[int, bool, str], CudaBacking]:
+def gpu_allocator(
+    mode: MemoryMode, engine: Engine | None = None
+) -> Callable[[int, bool, str], CudaBacking]:
     """The slot-pool allocator for a GPU memory mode (``register_memory_mode``'s second argument).
 
     Args:
@@ -150,7 +156,7 @@ def cuda_array_interface(array: np.ndarray[Any, Any], owner: SlotMemory) -> dict
     }
 
 
-def _attach_mode(engine: Any, stream: Any) -> str:
+def _attach_mode(engine: Engine, stream: Any) -> str:
     # cudaMemAttachSingle is invalid on the legacy NULL stream (torch's default), so there
     # the slot is attached globally for the use; other slots stay host-attached, which
     # keeps the decoder free to write them while kernels run.
@@ -170,24 +176,28 @@ class _DeviceView:
         self._owner = owner
         self._stream = stream
         self.__cuda_array_interface__ = cuda_array_interface(array, owner)
+        # The fence is for the next user of the slot: at interpreter exit there is none.
+        weakref.finalize(self, _fence_after_use, array, owner, stream).atexit = False
 
-    def __del__(self) -> None:
-        if sys.is_finalizing():  # nothing reuses the slot now, and events may not be made
-            return
-        try:
-            engine, stream = self._owner.engine, self._stream
-            dropping = engine.current_stream()
-            if dropping is not stream and dropping != stream:
-                done_there = engine.new_event()
-                done_there.record(dropping)
-                stream.wait_event(done_there)
-            if self._owner.attach_per_stream:
-                engine.attach(self._owner, stream, mode="host")
-            # A fence, not a hold: the slot pool skips fenced slots by itself, and a
-            # hold would count as a batch the user keeps until a polling thread noticed.
-            fence_bytes(self._array, stream)
-        except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
-            _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
+
+def _fence_after_use(array: np.ndarray[Any, Any], owner: SlotMemory, stream: Any) -> None:
+    """A device view's finalizer: fence the slot's bytes on ``stream`` (see _DeviceView)."""
+    if sys.is_finalizing():  # nothing reuses the slot now, and events may not be made
+        return
+    try:
+        engine = owner.engine
+        dropping = engine.current_stream()
+        if dropping is not stream and dropping != stream:
+            done_there = engine.new_event()
+            done_there.record(dropping)
+            stream.wait_event(done_there)
+        if owner.attach_per_stream:
+            engine.attach(owner, stream, mode="host")
+        # A fence, not a hold: the slot pool skips fenced slots by itself, and a
+        # hold would count as a batch the user keeps until a polling thread noticed.
+        fence_bytes(array, stream)
+    except Exception as exc:  # a finaliser must not raise; the slot then waits for a sync
+        _log.warning("edgeload: could not fence slot memory after GPU use: %s", exc)
 
 
 def as_cuda_tensor(array: Any, *, device: Any = None) -> Any:

@@ -8,12 +8,15 @@ memory a GPU mode's pages cannot be handed over in.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from .engine import Engine
 
 __all__ = ["check_slot_mode", "slot_memory_mode"]
 
 
-def check_slot_mode(mode: str, engine: Any = None) -> None:
+def check_slot_mode(mode: str, engine: Engine | None = None) -> None:
     """Raise unless ``mode`` names slot memory that ``engine`` (or this machine) gives.
 
     Raises:
@@ -35,7 +38,7 @@ def slot_memory_mode(
     plan_mode: str,
     plan_reason: str,
     *,
-    engine: Any = None,
+    engine: Engine | None = None,
     to_device: bool = True,
     shared: bool = False,
 ) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from .._compat import tensor_nbytes
 from .._deps import require_torch
 from ..errors import PlatformError
 from ._lease import record_gpu_use
-from .engine import default_engine
+from .engine import Engine, default_engine
 from .memory import as_cuda_tensor, memory_mode_of
 
 __all__ = ["DeviceCopier", "Transfer"]
@@ -36,7 +36,9 @@ class Transfer:
         engine: the engine that made it (default: CUDA).
     """
 
-    def __init__(self, tensor: Any, *, event: Any, nbytes: int, engine: Any = None) -> None:
+    def __init__(
+        self, tensor: Any, *, event: Any, nbytes: int, engine: Engine | None = None
+    ) -> None:
         self._tensor = tensor
         self.event = event
         self.nbytes = nbytes
@@ -84,7 +86,7 @@ class DeviceCopier:
             does not exist.
     """
 
-    def __init__(self, *, device: Any = None, engine: Any = None) -> None:
+    def __init__(self, *, device: Any = None, engine: Engine | None = None) -> None:
         self.engine = engine if engine is not None else default_engine()
         wanted = device if device is not None else "cuda"
         status = self.engine.status()

@@ -44,8 +44,9 @@ import re
 import signal
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .._deps import require_torch
 from ..errors import (
@@ -64,6 +65,9 @@ from ._sampling import EpochOrder
 from ._settings import LoaderSettings, LoaderWorkerKind, start_method_of
 from ._state import EpochProgress, LoaderState
 from ._worker import Fetcher, FetchSpec, Result, SlotClaim, Task, WorkerStart, _init_worker, _run
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 _log = logging.getLogger("edgeload")
 
@@ -93,7 +97,7 @@ class EpochIterator(Iterator[Any]):
         progress: EpochProgress,
         length: Callable[[], int],
         len_called: int | None,
-        on_end: Callable[[EpochIterator, bool], None],
+        on_end: Callable[[EpochIterator | None, bool], None],
     ) -> None:
         self._settings, self._state, self._slots = settings, state, slots
         self._order = order
@@ -110,6 +114,10 @@ class EpochIterator(Iterator[Any]):
         # A second caller waits for the first's batch, whose own wait is bounded by
         # the loader's timeout.
         self._next_lock = threading.Lock()
+        # The loader holds its iterator weakly: dropping an unfinished one ends its pass
+        # (the loader stops its workers, the tasks in flight give their slots back).
+        # The finalizer holds the parts it stops, never this iterator.
+        self._finalizer = weakref.finalize(self, _dropped, on_end, self._tasks)
 
     @property
     def done(self) -> bool:
@@ -149,6 +157,7 @@ class EpochIterator(Iterator[Any]):
             taken = self._tasks.next_result()
             if taken is None:
                 self._done = True
+                self._finalizer.detach()
                 self._on_end(self, True)
                 raise StopIteration
             batch = self._handle(*taken)
@@ -183,17 +192,19 @@ class EpochIterator(Iterator[Any]):
         self._state.counters["batches"] += 1
         return batch
 
-    def __del__(self) -> None:
-        # The loader holds its iterator weakly: dropping an unfinished one ends its pass.
-        if not getattr(self, "_done", True):  # False only once __init__ got far
-            with contextlib.suppress(Exception):  # interpreter shutdown
-                self._on_end(self, False)
-                self.close()
-
     def close(self) -> None:
         """Release the slots of tasks still in flight (their results are dropped)."""
+        # The loader closes it after stopping the workers itself: the finalizer's call
+        # to the loader is not wanted then, only its release of the tasks.
+        self._finalizer.detach()
         self._tasks.close()
         self._done = True
+
+
+def _dropped(on_end: Callable[[EpochIterator | None, bool], None], tasks: TasksInFlight) -> None:
+    """An unfinished epoch iterator's finalizer: tell the loader, release the tasks."""
+    on_end(None, False)
+    tasks.close()
 
 
 _NOTHING = object()
@@ -594,7 +605,7 @@ class LoaderSlots:
         budget_bytes: int | None,
         shared: bool,
         mode: str,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         self.enabled = enabled
         self._in_flight = in_flight
@@ -732,7 +743,7 @@ def map_tensors(fn: Callable[[Any], Any], value: Any) -> Any:
     return value
 
 
-def pin_batch(batch: Any, engine: Any) -> Any:
+def pin_batch(batch: Any, engine: Engine | None) -> Any:
     """``batch`` copied into page-locked memory (torch's ``pin_memory=True`` step)."""
     if engine is None:
         torch = require_torch()

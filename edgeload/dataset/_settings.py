@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from .._deps import require_torch
 from ..cuda.slot_mode import slot_memory_mode
 from ..vocabulary import WorkerKind
 from ._collate import SlotMap
 from ._sampling import Sampling
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 _log = logging.getLogger("edgeload")
 
@@ -46,7 +49,7 @@ class PlanRequest:
     batch_size: int | None
     prefetch_factor: int | None
     persistent_workers: bool
-    engine: Any
+    engine: Engine | None
     """The GPU engine, or None for CUDA through torch."""
 
 
@@ -102,7 +105,7 @@ class LoaderSettings:
     max_skips: int
     prefetch_factor: int | None
     persistent_workers: bool
-    engine: Any
+    engine: Engine | None
     choice: LoaderChoice
 
     @property
@@ -231,7 +234,7 @@ def resolve_plan(asked: PlanRequest) -> LoaderChoice:
     )
 
 
-def gpu_usable(engine: Any) -> bool:
+def gpu_usable(engine: Engine | None) -> bool:
     """Whether pinning means anything here (a CUDA device, or the given engine)."""
     if engine is not None:
         return bool(engine.status().usable)

@@ -28,7 +28,6 @@ use torch's wording where torch has the check: each message starts with torch's 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import multiprocessing.context
@@ -37,7 +36,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .. import _args
 from ..errors import ArgumentError, ClosedError
@@ -62,6 +61,9 @@ from ._state import (
     state_fit,
 )
 from ._worker import get_worker_info, install_seed_hooks, install_torch_hook
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 __all__ = ["DataLoader", "get_worker_info"]
 
@@ -150,7 +152,7 @@ class DataLoader(Generic[T_co]):
         memory_mode: str = "auto",
         on_error: Literal["raise", "skip"] = "raise",
         max_skips: int = 0,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         num_workers, worker_kind, on_error, memory_mode = check_arguments(  # type: ignore[assignment]
             num_workers=num_workers,
@@ -210,12 +212,11 @@ class DataLoader(Generic[T_co]):
         self._planned: tuple[Any, ...] | None = None
         self._state = LoaderState()
         self._lifecycle = Lifecycle.UNOPENED  # OPEN from the first iter(), CLOSED by close()
-        # What the loader keeps between epochs: its executor, its slots and its live epoch.
-        self._executor: Any = None
-        self._slots = LoaderSlots(
-            enabled=False, in_flight=0, budget_bytes=None, shared=False, mode="host"
-        )
-        self._live: weakref.ref[EpochIterator] | None = None
+        # What the loader keeps between epochs: its executor, its slots and its live epoch,
+        # in a holder that close() and a loader dropped without it stop through one
+        # finalizer (the holder never refers to the loader, so the loader is collected).
+        self._held = _Held()
+        self._finalizer = weakref.finalize(self, self._held.release)
         self._persistent = False
         self._start_method = self._start_method_reason = ""
         warn_worker_count(num_workers, threads=worker_kind == "thread")
@@ -239,11 +240,11 @@ class DataLoader(Generic[T_co]):
     @property
     def _iter(self) -> EpochIterator | None:
         """The iterator of the epoch in progress (None between epochs)."""
-        return None if self._live is None else self._live()
+        return None if self._held.live is None else self._held.live()
 
     @_iter.setter
     def _iter(self, it: EpochIterator | None) -> None:
-        self._live = None if it is None else weakref.ref(it)
+        self._held.live = None if it is None else weakref.ref(it)
 
     # torch's surface ------------------------------------------------------------------
 
@@ -303,13 +304,13 @@ class DataLoader(Generic[T_co]):
 
     # Epochs: the executor, the slots and the live epoch kept between them -------------
 
-    def _replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Any) -> None:
+    def _replan(self, choice: LoaderChoice, *, slots_enabled: bool, engine: Engine | None) -> None:
         """Stop the workers and free the slots of the previous plan; make slots for this one."""
         self._stop_workers_and_free_slots()
         if choice.worker_kind == "thread":
             install_torch_hook()
             install_seed_hooks()
-        self._slots = LoaderSlots(
+        self._held.slots = LoaderSlots(
             enabled=slots_enabled,
             in_flight=choice.in_flight,
             budget_bytes=choice.prefetch_bytes,
@@ -323,26 +324,26 @@ class DataLoader(Generic[T_co]):
     ) -> EpochIterator:
         """Begin an epoch, or resume the loaded one (the caller ended the live one)."""
         order = EpochOrder(settings.sampling, settings.generator)
-        keep = self._persistent and self._executor is not None
+        keep = self._persistent and self._held.executor is not None
         shared, progress = begin_epoch(self._state, order, settings, keep_seed=keep)
         self._persistent = settings.persistent
-        if self._executor is None or not settings.persistent:
+        if self._held.executor is None or not settings.persistent:
             self._close_executor()
-            self._executor = make_loader_executor(settings)
-            self._start_method = getattr(self._executor, "start_method", "")
-            self._start_method_reason = getattr(self._executor, "start_method_reason", "")
+            self._held.executor = make_loader_executor(settings)
+            self._start_method = getattr(self._held.executor, "start_method", "")
+            self._start_method_reason = getattr(self._held.executor, "start_method_reason", "")
         epoch = EpochProgress(max(1, settings.num_workers))
         if progress is not None:
             epoch.load(progress)
         base_seed = int(self._state.base_seed or 0)
         starts = epoch.worker_starts(base_seed, shared, settings.sampling.iterable)
         for w, start in enumerate(starts):
-            self._executor.start_worker(w, start)
+            self._held.executor.start_worker(w, start)
         it = EpochIterator(
             settings,
             self._state,
-            executor=self._executor,
-            slots=self._slots,
+            executor=self._held.executor,
+            slots=self._held.slots,
             order=order,
             progress=epoch,
             length=length,
@@ -357,7 +358,7 @@ class DataLoader(Generic[T_co]):
         it = self._iter
         return None if it is None or it.done else (it.order_state(), it.progress.state())
 
-    def _ended(self, it: EpochIterator, finished: bool) -> None:
+    def _ended(self, it: EpochIterator | None, finished: bool) -> None:
         if finished:
             if it is self._iter:
                 self._state.finish_epoch()
@@ -369,24 +370,13 @@ class DataLoader(Generic[T_co]):
             self._close_executor()
 
     def _abandon(self) -> None:
-        """End the live epoch, if any: stop its workers, then release its slots."""
-        live = self._iter
-        if live is not None and not live.done:
-            self._close_executor()
-        if live is not None:
-            live.close()
-            self._iter = None
+        self._held.abandon()
 
     def _close_executor(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
-            self._executor = None
+        self._held.close_executor()
 
     def _stop_workers_and_free_slots(self) -> None:
-        """Stop the workers and free the slots (batches the user holds stay valid)."""
-        self._abandon()
-        self._close_executor()
-        self._slots.close()
+        self._held.release()
 
     # Checkpoint -----------------------------------------------------------------------
 
@@ -447,7 +437,7 @@ class DataLoader(Generic[T_co]):
             "memory_mode_reason": choice.memory_mode_reason,
             "start_method": self._start_method,
             "start_method_reason": self._start_method_reason,
-            **self._slots.stats(),
+            **self._held.slots.stats(),
         }
 
     # Lifecycle ------------------------------------------------------------------------
@@ -457,7 +447,7 @@ class DataLoader(Generic[T_co]):
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        self._stop_workers_and_free_slots()
+        self._finalizer()
 
     def __enter__(self) -> DataLoader[T_co]:
         return self
@@ -465,9 +455,37 @@ class DataLoader(Generic[T_co]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown
-            self.close()
+
+class _Held:
+    """What a DataLoader keeps between epochs and stops when closed or dropped: the
+    executor, the slots and (weakly) the live epoch. The loader replaces them here."""
+
+    def __init__(self) -> None:
+        self.executor: Any = None
+        self.slots = LoaderSlots(
+            enabled=False, in_flight=0, budget_bytes=None, shared=False, mode="host"
+        )
+        self.live: weakref.ref[EpochIterator] | None = None
+
+    def abandon(self) -> None:
+        """End the live epoch, if any: stop its workers, then release its slots."""
+        live = None if self.live is None else self.live()
+        if live is not None and not live.done:
+            self.close_executor()
+        if live is not None:
+            live.close()
+            self.live = None
+
+    def close_executor(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
+
+    def release(self) -> None:
+        """Stop the workers and free the slots (batches the user holds stay valid)."""
+        self.abandon()
+        self.close_executor()
+        self.slots.close()
 
 
 # Argument checks ----------------------------------------------------------------------
@@ -594,7 +612,7 @@ def warn_worker_count(num_workers: Any, *, threads: bool) -> None:
     )
 
 
-def check_gpu_mode(memory_mode: str, engine: Any) -> None:
+def check_gpu_mode(memory_mode: str, engine: Engine | None) -> None:
     """Raise PlatformError now (in the constructor) if an explicit GPU mode cannot work."""
     if memory_mode in GPU_MEMORY_MODES:
         from ..cuda.slot_mode import check_slot_mode

@@ -103,7 +103,7 @@ def weak_call(method: Callable[..., R], gone: Callable[[], R]) -> Callable[..., 
 
     A loader whose threads hold its bound methods is never collected, so one dropped
     without ``close()`` runs forever. Through this, the loader can be collected (its
-    ``__del__`` then stops the threads); a call after that returns ``gone()``.
+    finalizer then stops the threads); a call after that returns ``gone()``.
     """
     ref = weakref.WeakMethod(method)
 

@@ -54,6 +54,8 @@ from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm
 if TYPE_CHECKING:  # numpy.typing arrived in numpy 1.20; JetPack 5 ships 1.17
     import numpy.typing as npt
 
+    from ..cuda.engine import Engine
+
 __all__ = [
     "PAGE_SIZE",
     "SHM_DIR",
@@ -353,7 +355,7 @@ def _host_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
     return HostMemory(nbytes)
 
 
-def _gpu(mode: MemoryMode, engine: Any = None) -> Allocator:
+def _gpu(mode: MemoryMode, engine: Engine | None = None) -> Allocator:
     def gpu_backing(nbytes: int, shared: bool, shm_dir: str) -> Backing:
         # Imported on use: only GPU pools need the CUDA runtime (edgeload.cuda.memory).
         from ..cuda.memory import gpu_allocator
@@ -425,7 +427,7 @@ class SlotStore:
         mode: MemoryMode,
         shared: bool,
         shm_dir: str,
-        engine: Any,
+        engine: Engine | None,
     ) -> None:
         name = core.name
         self.shape = tuple(int(d) for d in shape)
@@ -552,7 +554,7 @@ class SlotPool:
         name: str = "slots",
         shm_dir: str = SHM_DIR,
         reserve: int = 1,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         count = _args.integer(name, "count", count, low=1)
         reserve = _args.integer(name, "reserve", reserve)

@@ -458,5 +458,6 @@ class WorkerPool:
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        self._finalizer.detach()
+        if self._finalizer.detach() is None:
+            return  # the finalizer stopped them (interpreter exit); their processes are closed
         self._executor.close(min(timeout_s, EXIT_JOIN_TIMEOUT_S) if interrupted() else timeout_s)

@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from ..pipeline._lifecycle import POLL_INTERVAL_S
 from ..pipeline.slots import Slot, SlotPool
 from ._resize import FrameWriter, Geometry
 from .source import FrameInfo
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 MAX_OPEN = 3
 """Most batches open at once (``every`` streams fill ahead up to this)."""
@@ -502,7 +505,7 @@ class BatchPools:
         *,
         count: int,
         memory_mode: str,
-        engine: Any,
+        engine: Engine | None,
     ) -> None:
         self._slot_shape, self._count = slot_shape, count
         self._mode, self._engine = memory_mode, engine

@@ -20,13 +20,16 @@ from __future__ import annotations
 import collections
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._deps import require_torch
 from ..errors import ArgumentError
 from ._resize import Layout
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 KEPT_OUTPUTS = 3
 """CPU outputs kept per batch shape: the batch the consumer holds, the one being made,
@@ -196,7 +199,7 @@ class Converter:
         self._apply(out, frames, self._scale, self._offset)
         return out
 
-    def on_device(self, frames: Any, *, engine: Any, stream: Any, device: Any) -> Any:
+    def on_device(self, frames: Any, *, engine: Engine, stream: Any, device: Any) -> Any:
         """``frames`` (a uint8 device tensor, or a view of mapped memory) converted on
         ``stream`` after what is queued there; the output tensor, filled when it runs."""
         self.batch_bytes = int(frames.numel()) * self._itemsize

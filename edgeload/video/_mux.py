@@ -51,7 +51,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +62,9 @@ from ._assembler import MAX_OPEN, Assembler, BatchPools, Placement, Sealed
 from ._reader import Wants
 from ._resize import FrameWriter, Geometry
 from .source import FrameInfo
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 
 def _give_back(sealed: Sealed) -> None:
@@ -92,7 +95,7 @@ class Mux:
         all_latest: bool,
         slot_count: int,
         memory_mode: str,
-        engine: Any,
+        engine: Engine | None,
         active: Callable[[], list[int]],
         tick: Callable[[], None],
         all_down: Callable[[], bool] = lambda: False,

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ArgumentError
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Batch:
     meta: tuple[FrameMeta | None, ...]
     """Per place: its frame's metadata, or None where ``valid`` is False."""
 
-    def to(self, device: Any, *, non_blocking: bool = False, engine: Any = None) -> Batch:
+    def to(self, device: Any, *, non_blocking: bool = False, engine: Engine | None = None) -> Batch:
         """This batch with ``frames`` and ``valid`` on ``device``.
 
         The copy reads the slot; the slot stays leased until the copy has read it, so a

@@ -44,9 +44,10 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import numpy as np
 
@@ -69,6 +70,9 @@ from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode, letterbox
 from ._stats import Telemetry, loader_stats
 from .batch import Batch, FrameMeta
 from .source import FrameInfo, Policy, SourceState, VideoSource, as_source
+
+if TYPE_CHECKING:  # a runtime import would load the CUDA modules early
+    from ..cuda.engine import Engine
 
 __all__ = ["SourceLike", "StreamLoader", "target_for"]
 
@@ -143,7 +147,7 @@ class StreamLoader:
         on_error: Literal["continue", "raise"] = "continue",
         timeout_s: float = 60.0,
         profile: Profile | None = None,
-        engine: Any = None,
+        engine: Engine | None = None,
         dtype: Any = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -197,6 +201,9 @@ class StreamLoader:
             all_down=table.all_down,
         )  # fmt: skip
         table.keep_placed(mux.assembler.set_streams)
+        # close() and a loader dropped without it stop the same parts, which never hold
+        # the loader (so it can be collected while its threads run).
+        self._finalizer = weakref.finalize(self, _stop, mux, table)
         self._new_reader = functools.partial(
             reader_for, asm=mux.assembler, running=running,
             ffmpeg_threads=self.plan.threads.ffmpeg, wants_for=mux.wants_for,
@@ -306,16 +313,17 @@ class StreamLoader:
         if self._lifecycle is Lifecycle.CLOSED:
             return
         self._lifecycle = Lifecycle.CLOSED
-        # The mux and the readers stop, are joined (the timeout is for the lot), then
-        # the queue and the slot pools are given back.
-        self._mux.stop()
-        threads = self._table.stop_readers() + self._mux.threads()
-        join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
-        self._mux.release()
+        self._finalizer()
 
-    def __del__(self) -> None:
-        if getattr(self, "_lifecycle", Lifecycle.CLOSED) is not Lifecycle.CLOSED:
-            self.close()
+
+def _stop(mux: Mux, table: StreamTable) -> None:
+    """A loader's finalizer: stop its threads, then give its slots back."""
+    # The mux and the readers stop, are joined (the timeout is for the lot), then
+    # the queue and the slot pools are given back.
+    mux.stop()
+    threads = table.stop_readers() + mux.threads()
+    join_threads(threads, timeout_s=_JOIN_TIMEOUT_S)
+    mux.release()
 
 
 def target_for(
@@ -545,7 +553,9 @@ def with_output(plan: Any, name: str, device: Any) -> Any:
     return dataclasses.replace(plan, output_bytes=plan.slot_bytes * itemsize, reasons=reasons)
 
 
-def memory_mode_for(memory_mode: str, device: Any, plan: Any, engine: Any) -> tuple[str, str]:
+def memory_mode_for(
+    memory_mode: str, device: Any, plan: Any, engine: Engine | None
+) -> tuple[str, str]:
     """The slot memory mode and the reason for it; an explicit GPU mode is checked here,
     in the constructor, not later in the mux thread.
 
@@ -848,7 +858,7 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         _log.warning("edgeload: %s", message)
 
 
-def device_copier(device: Any, engine: Any) -> Any:
+def device_copier(device: Any, engine: Engine | None) -> Any:
     """The copier that brings batches to ``device`` (None keeps them on the CPU).
 
     Made in the loader's constructor, so a device that does not exist is an error
