@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -164,6 +165,26 @@ def plan_ffmpeg_threads(threads: int) -> Iterator[None]:
 def os_threads() -> int:
     """This process's OS threads, FFmpeg's included (to check what a run really used)."""
     return len(os.listdir("/proc/self/task"))
+
+
+CLOCK_CAMERA = Path(__file__).resolve().parents[1] / "tests" / "clock_camera.py"
+
+
+def start_clock_cameras(
+    cameras: int, size: str, port: int, *, bench: str
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """``cameras`` loopback RTSP cameras drawing their capture time in each frame
+    (``tests/clock_camera.py``, Debian's Python for gst-rtsp-server): the process and the
+    cameras' URLs."""
+    proc = subprocess.Popen(
+        ["/usr/bin/python3", str(CLOCK_CAMERA), "--port", str(port), "--cameras", str(cameras),
+         "--size", size], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("READY"):
+        proc.kill()
+        raise SystemExit(f"bench {bench}: the clock cameras did not start: {line!r}")
+    return proc, line.split()[1:]
 
 
 def finish(report: dict[str, Any], out: str | None) -> int:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,7 +51,6 @@ from typing import Any, Callable, Tuple
 from benchmarks import _common
 
 ROOT = Path(__file__).resolve().parents[1]
-CAMERA = ROOT / "tests" / "clock_camera.py"
 CONTENDERS = ("edgeload", "ultralytics", "ultralytics-ffmpeg1")
 STRIDE = 32  # YOLOv8's largest stride: Ultralytics letterboxes to multiples of it
 _TIMEOUT_S = 300  # one contender's run; a hung one is reported and the rest go on
@@ -280,18 +278,6 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 # --- the parent ------------------------------------------------------------------------
 
 
-def _start_cameras(args: argparse.Namespace, port: int) -> tuple[subprocess.Popen[str], list[str]]:
-    proc = subprocess.Popen(
-        ["/usr/bin/python3", str(CAMERA), "--port", str(port), "--cameras", str(args.cameras),
-         "--size", args.size], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"bench detect: the clock cameras did not start: {line!r}")
-    return proc, line.split()[1:]
-
-
 def run(args: argparse.Namespace) -> int:
     """Start the cameras, run each contender in interleaved rounds, report medians."""
     from edgeload.measure import percentile
@@ -319,7 +305,9 @@ def run(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "peers": site_note,
         "versions": _common.versions(), "results": {},
     }  # fmt: skip
-    cams, urls = _start_cameras(args, 18700 + os.getpid() % 1000)
+    cams, urls = _common.start_clock_cameras(
+        args.cameras, args.size, 18700 + os.getpid() % 1000, bench="detect"
+    )
     errors: dict[str, list[str]] = {}
     report["errors"] = errors
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,7 +45,6 @@ from typing import Any, Callable
 from benchmarks import _common
 
 ROOT = Path(__file__).resolve().parents[1]
-CAMERA = ROOT / "tests" / "clock_camera.py"
 CONTENDERS = ("edgeload", "opencv", "ultralytics", "vidgear", "vidgear-latest")
 # The peer package a contender needs, where its name is not the package's
 _PACKAGES = {"vidgear-latest": "vidgear"}
@@ -244,18 +242,6 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 # --- the parent ------------------------------------------------------------------------
 
 
-def _start_cameras(args: argparse.Namespace, port: int) -> tuple[subprocess.Popen[str], list[str]]:
-    proc = subprocess.Popen(
-        ["/usr/bin/python3", str(CAMERA), "--port", str(port), "--cameras", str(args.cameras),
-         "--size", args.size], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("READY"):
-        proc.kill()
-        raise SystemExit(f"bench live: the clock cameras did not start: {line!r}")
-    return proc, line.split()[1:]
-
-
 def _run_child(name: str, urls: list[str], site: Path, consumer_s: float,
                args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--site", str(site),
@@ -289,7 +275,9 @@ def run(args: argparse.Namespace) -> int:
     for c in args.contenders:
         if c not in runnable:
             print(f"{c}: {versions[c]}", flush=True)
-    cams, urls = _start_cameras(args, 18600 + os.getpid() % 1000)
+    cams, urls = _common.start_clock_cameras(
+        args.cameras, args.size, 18600 + os.getpid() % 1000, bench="live"
+    )
     errors: dict[str, list[str]] = {}
     report["errors"] = errors
 
