@@ -350,11 +350,25 @@ def _two_trials():
 
 def test_plot_is_a_png_of_every_trial(tmp_path):
     pytest.importorskip("matplotlib")
-    from edgeload.tuning._report import save_plot
-
-    path = save_plot(_two_trials(), tmp_path / "plots" / "trials.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert path.stat().st_size > 5000
+    # In a fresh interpreter, as `edgeload autotune --plot` runs: matplotlib's FreeType
+    # once crashed at import in a test worker that had loaded GStreamer, OpenCV and
+    # torch's libraries through many earlier tests.
+    code = (
+        "import sys; sys.path[:0] = sys.argv[2:]\n"
+        "from test_autotune import _two_trials\n"
+        "from edgeload.tuning._report import save_plot\n"
+        "print(save_plot(_two_trials(), sys.argv[1]))\n"
+    )
+    target = tmp_path / "plots" / "trials.png"
+    here = str(Path(__file__).resolve().parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target), here, str(Path(here).parent),
+         str(Path(here).parents[1])],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.stat().st_size > 5000
 
 
 def test_plot_without_matplotlib_names_the_extra(tmp_path, monkeypatch, capsys, small_clip):
