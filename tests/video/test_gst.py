@@ -196,27 +196,11 @@ def test_boxes_map_back_to_the_camera_when_the_pipeline_scaled_the_picture(
 
 @pytest.mark.parametrize("suffix", [".mp4", ".ts"])
 def test_a_recorded_file_over_http_is_read_to_its_end_through_gstreamer(tmp_path_factory, suffix):
-    import shutil
-    import subprocess
+    from test_network_sources import http_file_frames
 
-    from _servers import file_server
-
-    directory = tmp_path_factory.mktemp("served")
-    source = clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=1.5)
-    path = directory / f"clip{suffix}"
-    if suffix == ".mp4":
-        shutil.copy(source, path)
-    else:
-        subprocess.run(["ffmpeg", "-loglevel", "error", "-i", str(source), "-c", "copy",
-                        "-f", "mpegts", str(path)], check=True, timeout=30)  # fmt: skip
-    with file_server(directory) as base:
-        src = VideoSource(f"{base}/clip{suffix}", backend="gstreamer")
-        with StreamLoader([src], size=(160, 120)) as loader:
-            frames = [b.frames[0].numpy().copy() for b in loader]
-            stats = loader.stats()["streams"][0]
+    frames, stats, reference = http_file_frames(tmp_path_factory, suffix, "gstreamer")
     assert stats["backend"] == "gstreamer" and stats["state"] == "ended"
     assert "is-live" not in stats["pipeline"] and "appsink max-buffers=2" in stats["pipeline"]
-    reference = ffmpeg_frames(path)
     assert len(frames) == len(reference) == 45
     for got, want in zip(frames, reference):
         assert np.abs(got.astype(int) - want.astype(int)).mean() < 3
