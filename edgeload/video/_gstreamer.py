@@ -36,8 +36,9 @@ otherwise be retried for ever.
 when ``resize="letterbox"``: OpenCV's GStreamer backend hands it over as one
 (H*3/2, W) plane without converting, and the frame writer turns it into BGR/RGB with
 one ``cv2.cvtColor`` straight into the batch place.  Full-size BGR frames and a
-``cv2.resize`` cost about twice the decode (issue 31).  A size 4:2:0 cannot hold (an
-odd side) arrives at the stream's size and the writer resizes it.  A live source's ``fps`` limit is a
+``cv2.resize`` would cost more than the decode itself (measured: docs/performance.md).  A
+size 4:2:0 cannot hold (an odd side) arrives at the stream's size and the writer resizes
+it.  A live source's ``fps`` limit is a
 ``videorate drop-only=true max-rate=N`` after the decoder, so a skipped frame is never
 scaled or converted; a file's stays in the reader (it counts frames by index).
 
