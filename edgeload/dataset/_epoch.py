@@ -57,7 +57,7 @@ from ..errors import (
     WorkerTimeout,
     worker_exception,
 )
-from ..pipeline._failure import Failure, worker_error
+from ..pipeline._failure import user_error
 from ..pipeline._lifecycle import release_frames
 from ..vocabulary import WorkerKind
 from . import _collate
@@ -171,8 +171,13 @@ class EpochIterator(Iterator[Any]):
         slots = self._slots
         if result.failure is not None:
             slots.release(slot)
-            raise _worker_error(result, result.failure, self._settings.worker_kind) from (
-                result.failure.exc
+            kind, w = self._settings.worker_kind, result.worker_id
+            raise user_error(
+                result.failure,
+                "dataset",
+                owner="the main thread" if kind == "main" else f"DataLoader worker {kind} {w}",
+                index=result.failed_index,
+                worker=f"{kind}-worker-{w}",
             )
         ended = self.progress.record(result, iterable=self._settings.sampling.iterable)
         if ended:  # the worker's stream ended: nothing to yield
@@ -208,20 +213,6 @@ def _dropped(on_end: Callable[[EpochIterator | None, bool], None], tasks: TasksI
 
 
 _NOTHING = object()
-
-
-def _worker_error(result: Result, failure: Failure, kind: str) -> WorkerError:
-    """The exception for a task whose loading raised, as torch words it."""
-    index, w = result.failed_index, result.worker_id
-    where = "the main thread" if kind == "main" else f"DataLoader worker {kind} {w}"
-    return worker_error(
-        failure,
-        f"Caught {failure.name} in {where} while loading sample {index!r} "
-        f"({failure.name}: {failure.message}).",
-        index=index,
-        worker=f"{kind}-worker-{w}",
-        as_original=True,
-    )
 
 
 def _warn_over_length(settings: LoaderSettings, len_called: int | None, yielded: int) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from .. import _args
 from ..errors import ArgumentError, ClosedError, EdgeloadError, WorkerError, WorkerTimeout
 from ..vocabulary import WORKER_KINDS, WorkerKind
-from ._failure import Failure, worker_error
+from ._failure import Failure, user_error
 from ._lifecycle import (
     EXIT_JOIN_TIMEOUT_S,
     POLL_INTERVAL_S,
@@ -128,12 +128,14 @@ class PendingTasks:
         failure: Failure = payload
         who = describe(wid)
         what = "init_fn" if index < 0 else f"{self._fn_name} on item {index}"
-        raise worker_error(
+        raise user_error(
             failure,
-            f"{self._pool}: {what} raised {failure.type_name}: {failure.message} (in {who}).",
+            "pool",
+            owner=self._pool,
+            what=what,
             index=None if index < 0 else index,
             worker=who,
-        ) from failure.exc
+        )
 
     def death(self, exc: WorkerError, wid: int) -> WorkerError:
         """Worker ``wid`` died (``exc`` from the executor); name the items it took with it."""

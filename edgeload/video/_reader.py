@@ -49,12 +49,12 @@ Each stream names its origin in ``stats()["streams"][i]["age_from"]``:
 - ``grab``: everything else (files read as fast as they decode, local cameras,
   GStreamer pipelines): from the moment edgeload grabbed the frame.
 
-**What last went wrong with one stream**, as data: :class:`StreamFault`.  It has the
-fields of :class:`~edgeload.pipeline._failure.Failure`, the record a worker's exception
-travels in, but is its own type: most stream faults have no exception at all (an open
-that returned nothing, a file that ends early, a camera that went silent), where a
-``Failure`` with no exception means one that did not survive pickling.  ``message`` is
-the line ``stats()["last_error"]`` shows.
+**What last went wrong with one stream**: ``StreamConnection.last_error``, a
+:class:`~edgeload.pipeline._failure.Failure` (the record a worker's exception travels
+in too), made by ``Failure.seen`` for a fault that raised nothing and by
+``Failure.raised`` for one that did.  Its ``message`` is the line
+``stats()["last_error"]`` shows; the loader raises it through
+:func:`~edgeload.pipeline._failure.user_error`.
 
 **The stall watchdog** (:func:`watchdog`): a live stream that streams no frames for too
 long reconnects.  A camera can keep its connection open and stop sending; the read then
@@ -67,7 +67,6 @@ through the reconnect path.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -76,10 +75,9 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from .._compat import format_exception
 from .._deps import require_cv2
 from ..errors import SourceError, redact
-from ..pipeline._lifecycle import release_frames
+from ..pipeline._failure import Failure
 from ._capture import (
     NETWORK_KINDS,
     GuardedCapture,
@@ -255,14 +253,14 @@ class Connection:
         self.opened = threading.Event()  # first open attempt finished (either way)
         self.attempts = 0
         self.reconnects = 0
-        self.last_error: StreamFault | None = None
+        self.last_error: Failure | None = None
         self.retry_at: float | None = None
         self.unopenable = False  # the source can never open here (no decoder for its codec)
         self.camera_opened: CameraMode | None = None  # a camera's mode, as OpenCV reads it
 
     def report(self, message: str) -> None:
         """Record a fault seen without an exception as the stream's latest."""
-        self.last_error = StreamFault.seen(message)
+        self.last_error = Failure.seen(message)
 
     def run(self, frames: FrameLoop, stop: threading.Event) -> None:
         """Connect and stream through ``frames`` until the stream is done or ``stop`` is set."""
@@ -293,7 +291,7 @@ class Connection:
                 outcome = frames.run(cap, stop, self._streaming)
             except Exception as exc:
                 outcome = "error"
-                self.last_error = StreamFault.raised(exc, f"{type(exc).__name__}: {exc}")
+                self.last_error = Failure.raised(exc, f"{type(exc).__name__}: {exc}")
             finally:
                 cap.release()
             ever_streamed = True
@@ -325,7 +323,7 @@ class Connection:
             try:
                 self.target = resolve(self.target, timeout_s=src.open_timeout_s)
             except SourceError as exc:  # no decoder for its codec: opening again won't help
-                self.last_error = StreamFault.raised(exc, str(exc))
+                self.last_error = Failure.raised(exc, str(exc))
                 self.unopenable = True
                 return None
             with self._blocking(src.open_timeout_s):
@@ -335,7 +333,7 @@ class Connection:
             if cap is not None and self._guard is not None:
                 cap = GuardedCapture(cap, self._guard, src.read_timeout_s)
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
-            self.last_error = StreamFault.raised(exc, f"open raised {exc!r}")
+            self.last_error = Failure.raised(exc, f"open raised {exc!r}")
             return None
         finally:
             self.opening = False
@@ -736,35 +734,6 @@ class LiveEdge:
             self.reached = True
             return False
         return True
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamFault:
-    """One fault of a stream: what ``stats()`` shows, and the exception if one was raised."""
-
-    exc: BaseException | None
-    """The exception OpenCV or the sink raised; None for a fault seen without one."""
-    type_name: str
-    """The exception type's qualified name; empty without one."""
-    message: str
-    """What went wrong, in one line that names the thing and what to do."""
-    traceback_text: str
-    """The formatted traceback from where it was raised; empty without one."""
-
-    @classmethod
-    def seen(cls, message: str) -> StreamFault:
-        """A fault the reader found without an exception."""
-        return cls(exc=None, type_name="", message=redact(message), traceback_text="")
-
-    @classmethod
-    def raised(cls, exc: BaseException, message: str) -> StreamFault:
-        """A fault raised as ``exc``, described by ``message``."""
-        text = "".join(format_exception(exc))
-        # The finished frames' locals (decode buffers, batch slots) are not kept with it.
-        release_frames(exc)
-        # Shown in stats() and raised on: OpenCV's text may hold the URL, so no password.
-        return cls(exc=exc, type_name=type(exc).__qualname__, message=redact(message),
-                   traceback_text=redact(text))  # fmt: skip
 
 
 def stalled(reader: StreamReader, now: float) -> bool:

@@ -55,7 +55,8 @@ from .. import _args
 from .._compat import zip_strict
 from .._deps import require_cv2, require_torch
 from ..checkpoint import KEY_LOADER, KEY_VERSION, check_version
-from ..errors import ArgumentError, ClosedError, SourceError, StateError, redact
+from ..errors import ArgumentError, ClosedError, StateError, redact
+from ..pipeline._failure import user_error
 from ..pipeline._lifecycle import Lifecycle, join_threads, weak_call
 from ..pipeline.prefetch import END
 from ..platform.profile import Profile
@@ -848,14 +849,11 @@ def raise_failures(streams: Iterable[StreamEntry], *, raise_: bool) -> None:
         if stream.error_reported:
             continue
         stream.error_reported = True
-        message = f"stream {stream.sid} ({stream.source.name}): {conn.last_error.message}"
+        owner = f"stream {stream.sid} ({stream.source.name})"
+        error = user_error(conn.last_error, "stream", owner=owner, source=stream.source.uri)
         if raise_:
-            cause = conn.last_error.exc
-            # A cause whose text holds a password would print it in the traceback.
-            if cause is not None and redact(str(cause)) != str(cause):
-                raise SourceError(message, source=stream.source.uri) from None
-            raise SourceError(message, source=stream.source.uri) from cause
-        _log.warning("edgeload: %s", message)
+            raise error
+        _log.warning("edgeload: %s", error)
 
 
 def device_copier(device: Any, engine: Engine | None) -> Any:
