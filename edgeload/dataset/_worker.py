@@ -14,7 +14,8 @@ default collate and a map-style dataset the samples go straight into the task's 
 fresh memory of the same layout) as they are read; a worker's first batch learns that
 layout from its first sample.  Otherwise they come back as a list for the collate step.
 A sample whose loading raises is skipped and reported (``on_error="skip"``) or ends the
-task as a :class:`SampleError`.
+task: a :class:`SampleError` carries it out of the reading, and :meth:`Fetcher.run`
+sends it back as the result's :class:`~edgeload.pipeline._failure.Failure`.
 
 Who a loader worker is, and its random state, is the same for threads and processes.
 Process workers are seeded exactly as torch seeds its worker processes: with
@@ -327,7 +328,10 @@ def _worker_copy(dataset: Any) -> Any:
 
 
 class SampleError(Exception):
-    """Loading sample ``index`` raised ``exc``: the task fails with it."""
+    """Loading sample ``index`` raised ``exc``: the task fails with it.
+
+    Only a signal inside the worker; it travels as ``Result.failure``.
+    """
 
     def __init__(self, index: Any, exc: BaseException) -> None:
         super().__init__(index)
