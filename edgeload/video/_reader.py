@@ -49,7 +49,7 @@ Each stream names its origin in ``stats()["streams"][i]["age_from"]``:
 - ``grab``: everything else (files read as fast as they decode, local cameras,
   GStreamer pipelines): from the moment edgeload grabbed the frame.
 
-**What last went wrong with one stream**: ``StreamConnection.last_error``, a
+**What last went wrong with one stream**: ``Connection.last_error``, a
 :class:`~edgeload.pipeline._failure.Failure` (the record a worker's exception travels
 in too), made by ``Failure.seen`` for a fault that raised nothing and by
 ``Failure.raised`` for one that did.  Its ``message`` is the line
