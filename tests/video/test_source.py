@@ -11,13 +11,16 @@ import pytest
 from _media import clip, media_dir
 from _servers import frozen_http_camera, wait_until
 
+import edgeload
 from edgeload.errors import SourceError
 from edgeload.video import SourceState, VideoSource
+
+# Internal: the pipeline a board would get (gstreamer=, info=, elements= injected), the
+# RTSP option precedence, and the reader alone (its buffer reuse and counters).
 from edgeload.video._capture import (
     OPTIONS_VAR,
     THREADS_VAR,
     build_target,
-    classify,
     network_options,
     rtsp_transport_used,
     scoped_env,
@@ -69,7 +72,7 @@ def test_bad_sources_are_refused_at_construction(uri, match):
     ],
 )
 def test_source_kinds(uri, kind):
-    assert classify(uri)[0] == kind
+    assert VideoSource(uri).kind == kind
     assert VideoSource(uri).live  # every kind but a plain file is a live input
 
 
@@ -279,10 +282,10 @@ def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
 
 def test_target_for_shows_what_a_loader_would_open():
     from edgeload.video import target_for
-    from edgeload.video._capture import opencv_has
 
     target = target_for("rtsp://10.0.0.2/main")
-    if opencv_has("gstreamer"):
+    opencv = edgeload.probe().opencv
+    if opencv is not None and opencv.gstreamer:
         assert target.backend in ("gstreamer", "ffmpeg")
     else:
         assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://10.0.0.2/main")

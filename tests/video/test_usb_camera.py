@@ -11,6 +11,8 @@ import pytest
 
 from edgeload.errors import ArgumentError, SourceError
 from edgeload.video import StreamLoader, VideoSource
+
+# Internal: a camera's v4l2-ctl mode list is injected (modes=) and parsed from captured text.
 from edgeload.video._capture import build_target
 from edgeload.video._v4l2 import (
     CameraMode,
