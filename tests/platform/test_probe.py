@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgeload.errors import PlatformError
-
 from edgeload.platform.probe import Platform, probe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
