@@ -13,7 +13,6 @@ from torch.utils.data import Dataset, IterableDataset
 
 import edgeload
 from edgeload import DataLoader
-from edgeload._compat import zip_strict
 
 N = 23
 
@@ -141,15 +140,13 @@ def same(a, b):
     if isinstance(a, dict):
         return type(a) is type(b) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return (
-            type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip_strict(a, b))
-        )
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
 
 
 def assert_same_batches(ours, theirs):
     assert len(ours) == len(theirs)
-    for k, (a, b) in enumerate(zip_strict(ours, theirs)):
+    for k, (a, b) in enumerate(zip(ours, theirs)):
         assert same(a, b), f"batch {k} differs:\n edgeload {a}\n torch    {b}"
 
 

@@ -105,9 +105,10 @@ def _cuda_missing() -> str | None:
 
 
 def _gstreamer_missing() -> str | None:
-    from edgeload.video._capture import opencv_has
+    from edgeload import probe
 
-    if opencv_has("gstreamer"):
+    opencv = probe().opencv  # the live probe reads cv2's build information
+    if opencv is not None and opencv.gstreamer:
         return None
     # The main venv's pip OpenCV has no GStreamer by design: scripts/test.sh runs these
     # tests again with Debian's OpenCV. A skip here is honest only while that one exists.

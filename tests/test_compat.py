@@ -7,6 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+# Internal: the Python 3.8 stand-ins are edgeload's own helpers, tested as units.
 from edgeload._compat import format_exception, is_relative_to, package_dir, zip_strict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from edgeload import MissingDependency, _deps
+
+# Internal: the floor checks are called with versions this machine does not have.
 from edgeload._compat import check_python, dependency_problem, version_tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgeload"

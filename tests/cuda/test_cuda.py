@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 import pytest
 
+# Internal: the CUDA lease fences (a slot's pending GPU work) have no public surface.
 from edgeload.cuda._lease import gpu_busy, record_gpu_use, wait_gpu_idle
 from edgeload.cuda.memory import allocate_gpu_array, as_cuda_tensor, memory_mode_of
 from edgeload.cuda.status import GPU_MEMORY_MODES, check_memory_mode, cuda_device

@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from edgeload.cuda import _runtime as _cuda
+
+# Internal: the CUDA lease fences and slot registry have no public surface.
 from edgeload.cuda._lease import gpu_busy
 from edgeload.cuda.host_engine import HostEngine
 from edgeload.cuda.memory import (

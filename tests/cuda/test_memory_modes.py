@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from edgeload.cuda import _runtime as _cuda
+
+# Internal: the CUDA lease fences and slot registry have no public surface.
 from edgeload.cuda._lease import (
     Fences,
     gpu_busy,

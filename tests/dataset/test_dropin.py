@@ -20,7 +20,6 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from edgeload import DataLoader
-from edgeload._compat import version_tuple
 
 # torch's own loader forks its workers whatever threads the test process has (a BLAS or
 # OpenMP pool an earlier test started), and Python 3.12+ warns at such a fork (seen on
@@ -285,7 +284,7 @@ def _pipe():
 )
 def test_an_iter_datapipe_is_shuffled_and_sharded_as_torch(kw, ours):
     got = []
-    torch_1_11 = version_tuple(torch.__version__) < (1, 12)
+    torch_1_11 = tuple(int(n) for n in torch.__version__.split(".")[:2]) < (1, 12)
     for cls, extra in ((torch.utils.data.DataLoader, {}), (DataLoader, ours)):
         gen = torch.Generator().manual_seed(3)
         loader = cls(_pipe(), batch_size=2, generator=gen, **kw, **extra)

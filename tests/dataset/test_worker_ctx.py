@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
 from _datasets import AugDS, ShardedIterDS, assert_same_batches, run_both
 from torch.utils.data._utils import worker
 
 import edgeload
-from edgeload import DataLoader
-from edgeload.dataset._worker import ThreadRNG, ThreadWorkerInfo, thread_worker_fallbacks
+from edgeload import DataLoader, cli
 
 THREADS = {"num_workers": 2, "worker_kind": "thread"}
 FORK = {"num_workers": 2, "multiprocessing_context": "fork"}
+
+
+def _probe_fallbacks(capsys):
+    """What `edgeload probe --json` lists as missing from this torch and OpenCV."""
+    assert cli.main(["probe", "--json"]) == 0
+    return [f["lacks"] for f in json.loads(capsys.readouterr().out)["fallbacks"]]
 
 
 @pytest.fixture
@@ -35,21 +42,26 @@ def test_thread_workers_without_torch_rng_match_torch_processes(old_torch):
     assert_same_batches(threads, theirs)
 
 
-def test_thread_workers_without_torch_rng_carry_edgeloads_generators(old_torch):
+def test_thread_workers_without_torch_rng_carry_edgeloads_generators(old_torch, capsys):
     seen = []
 
     class Probe(AugDS):
         def __getitem__(self, i):
             info = torch.utils.data.get_worker_info()
-            seen.append((type(info.rng), info.worker_method, info.id))
+            seen.append((info.rng, info.worker_method, info.id))
             return super().__getitem__(i)
 
     with DataLoader(Probe(), batch_size=4, **THREADS) as loader:
         list(loader)
-    assert {kind for kind, _, _ in seen} == {ThreadRNG}
+    rngs = {id(rng): rng for rng, _, _ in seen}.values()
+    assert len(rngs) == 2  # one set of generators per worker
+    for rng in rngs:  # one generator of each kind, as torch's worker._RNG holds them
+        assert isinstance(rng.random_generator, random.Random)
+        assert isinstance(rng.torch_generator, torch.Generator)
+        assert isinstance(rng.numpy_generator, np.random.RandomState)
     assert {method for _, method, _ in seen} == {"thread"}
     assert {wid for _, _, wid in seen} == {0, 1}
-    assert "worker._RNG" in thread_worker_fallbacks()[0][0]
+    assert any("worker._RNG" in lack for lack in _probe_fallbacks(capsys))
 
 
 def test_sharding_by_get_worker_info_works_without_torch_rng(old_torch):
@@ -91,14 +103,17 @@ def test_a_workerinfo_refusing_rng_gets_edgeloads_info(old_torch, monkeypatch):
 
     class Probe(AugDS):
         def __getitem__(self, i):
-            infos.append(type(edgeload.get_worker_info()))
+            infos.append(edgeload.get_worker_info())
             return super().__getitem__(i)
 
     threads, theirs = run_both(Probe, THREADS, FORK, batch_size=4, shuffle=True, seeded=True)
     assert_same_batches(threads, theirs)
-    assert ThreadWorkerInfo in infos
+    # The thread workers' info is edgeload's own, with the fields the strict one refuses.
+    ours = [info for info in infos if not isinstance(info, _StrictWorkerInfo)]
+    assert ours and {info.worker_method for info in ours} == {"thread"}
+    assert all(info.rng.torch_generator is not None for info in ours)
 
 
-def test_the_fallback_is_listed_exactly_when_torch_lacks_the_rng():
-    lacks = [lack for lack, _ in thread_worker_fallbacks()]
+def test_the_fallback_is_listed_exactly_when_torch_lacks_the_rng(capsys):
+    lacks = _probe_fallbacks(capsys)
     assert any("worker._RNG" in lack for lack in lacks) == (not hasattr(worker, "_RNG"))

@@ -229,13 +229,31 @@ def test_latest_prefetch_recycles_dropped_slots():
         assert pool.stats().count == 6 and pool.stats().free == 6
 
 
+def _pool_starts_in_a_new_process(shm_dir):
+    """Start (and close) a shared pool in ``shm_dir`` in a fresh process, as the next
+    program would; what the directory held while that pool lived, less its own."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from edgeload.pipeline.slots import SlotPool\n"
+        "before = set(os.listdir(sys.argv[1]))\n"
+        "with SlotPool((4, 64), 'uint8', count=2, shared=True, shm_dir=sys.argv[1]):\n"
+        "    mine = set(os.listdir(sys.argv[1])) - before\n"
+        "    print('\\n'.join(sorted(set(os.listdir(sys.argv[1])) - mine)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(shm_dir)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return sorted(out.stdout.split())
+
+
 def test_segments_of_a_killed_process_are_swept_by_the_next_one(tmp_path):
     """SIGKILL leaves the owner no chance to unlink; the next pool that starts removes them."""
     import signal
     import subprocess
     import sys
-
-    from edgeload.pipeline._shm import sweep_stale_segments
 
     code = (
         "import sys, os, time\n"
@@ -254,7 +272,7 @@ def test_segments_of_a_killed_process_are_swept_by_the_next_one(tmp_path):
         assert left
         for name in left:
             os.utime(tmp_path / name, (time.time() - 3600, time.time() - 3600))
-        assert sweep_stale_segments(str(tmp_path), force=True) == []
+        assert _pool_starts_in_a_new_process(tmp_path) == left
         assert sorted(os.listdir(tmp_path)) == left
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=10)
@@ -263,21 +281,20 @@ def test_segments_of_a_killed_process_are_swept_by_the_next_one(tmp_path):
         child.wait(timeout=10)
         child.stdout.close()
     assert sorted(os.listdir(tmp_path)) == left  # nothing could unlink them
-    assert sorted(sweep_stale_segments(str(tmp_path), force=True)) == left
+    assert _pool_starts_in_a_new_process(tmp_path) == []  # swept before it listed them
     assert os.listdir(tmp_path) == []
 
 
 def test_a_fresh_segment_is_not_swept_before_its_owner_locks_it(tmp_path):
-    from edgeload.pipeline._shm import sweep_stale_segments
-
     orphan = tmp_path / "edgeload-1-slots-deadbeef"
     orphan.write_bytes(b"x" * 16)  # no owner, but just created: too young to judge
-    assert sweep_stale_segments(str(tmp_path), force=True) == []
+    assert _pool_starts_in_a_new_process(tmp_path) == [orphan.name]
     assert orphan.exists()
 
 
 def test_managed_slots_get_one_allocation_each():
     """Managed memory attaches to a stream per allocation, so slots must not share one."""
+    # Internal: which allocation backs a slot is seen only through the GPU lease registry.
     from edgeload.cuda._lease import find_owner
     from edgeload.cuda.host_engine import HostEngine
 

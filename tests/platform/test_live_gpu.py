@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+# Internal: a Jetson's or a discrete GPU's files, NVML and torch build are injected here;
+# a live probe() sees only this machine's.
 from edgeload.platform._live import learn_gpu
 from edgeload.platform._read import Reader
 from edgeload.platform.facts import GpuInfo

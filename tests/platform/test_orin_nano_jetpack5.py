@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 from edgeload import probe
-from edgeload.platform._boards import jetson_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
 COMPATIBLE = ("nvidia,p3768-0000+p3767-0003", "nvidia,p3767-0003", "nvidia,p3767-0005",
@@ -37,10 +36,20 @@ def test_two_orin_nano_skus_name_an_orin_nano(tmp_path):
     assert "NX" not in p.model
 
 
-def test_skus_of_different_modules_keep_the_family_name():
+def _probe_compatible(root, compatible):
+    """Probe a device tree that holds only ``compatible`` (as a bare container might)."""
+    dt = root / "proc" / "device-tree"
+    dt.mkdir(parents=True)
+    (dt / "compatible").write_bytes(b"".join(c.encode() + b"\0" for c in compatible))
+    return probe(root)
+
+
+def test_skus_of_different_modules_keep_the_family_name(tmp_path):
     # an Orin NX and an Orin Nano SKU share only "Jetson Orin": the family name stays
-    ids = jetson_ids(("nvidia,p3767-0000", "nvidia,p3767-0004", "nvidia,tegra234"))
-    assert ids.name == "Jetson Orin NX/Nano"
+    p = _probe_compatible(tmp_path / "nx-nano", ("nvidia,p3767-0000", "nvidia,p3767-0004",
+                                                 "nvidia,tegra234"))  # fmt: skip
+    assert p.model == "NVIDIA Jetson Orin NX/Nano"
     # two AGX Orin SKUs of different memory sizes are an AGX Orin
-    ids = jetson_ids(("nvidia,p3701-0004", "nvidia,p3701-0005", "nvidia,tegra234"))
-    assert ids.name == "Jetson AGX Orin"
+    p = _probe_compatible(tmp_path / "agx", ("nvidia,p3701-0004", "nvidia,p3701-0005",
+                                             "nvidia,tegra234"))  # fmt: skip
+    assert p.model == "NVIDIA Jetson AGX Orin"

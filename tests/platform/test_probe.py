@@ -16,9 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgeload.errors import PlatformError
-from edgeload.platform._boards import decode_pi_revision, jetson_ids
-from edgeload.platform._live import ask_opencv
-from edgeload.platform._read import Reader
 from edgeload.platform.probe import Platform, probe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
@@ -257,9 +254,13 @@ def test_absolute_device_tree_symlink_resolves_under_root(tmp_path):
     (root / "proc" / "device-tree").symlink_to("/dt")
     p = probe(root)
     assert (p.family, p.board_id, p.soc) == ("jetson", "p3448-0000", "tegra210")
-    reader = Reader(str(root))
-    assert reader.resolve("proc/device-tree/model") == str(root / "dt" / "model")
-    assert reader.resolve("../../etc/passwd") == str(root / "etc" / "passwd")
+    # A relative link climbing past the root stops at it: ../../dt from proc/ is the
+    # tree's dt/, not the other board's device tree that sits beside the root.
+    shutil.copytree(FIXTURES / "jetson-agx-orin" / "sys/firmware/devicetree/base", tmp_path / "dt")
+    (root / "proc" / "device-tree").unlink()
+    (root / "proc" / "device-tree").symlink_to("../../dt")
+    p = probe(root)
+    assert (p.family, p.board_id, p.soc) == ("jetson", "p3448-0000", "tegra210")
 
 
 def test_symlink_loop_is_unknown_not_a_hang(tmp_path):
@@ -303,6 +304,16 @@ def test_online_falls_back_to_possible_then_cpuinfo(tmp_path):
     assert [c.core_type for c in p.cpu.clusters] == [A57]
 
 
+def _pi_with_revision(root: Path, code: str | None) -> Platform:
+    """Probe a Pi whose cpuinfo carries ``Revision: code`` (no line for None)."""
+    (root / "proc").mkdir(parents=True)
+    revision = "" if code is None else f"Revision\t: {code}\n"
+    (root / "proc/cpuinfo").write_text(
+        f"processor\t: 0\n\nHardware\t: BCM2835\n{revision}Model\t\t: Raspberry Pi Rev 1.1\n"
+    )
+    return probe(root)
+
+
 @pytest.mark.parametrize(
     ("code", "fields", "model"),
     [
@@ -314,18 +325,20 @@ def test_online_falls_back_to_possible_then_cpuinfo(tmp_path):
         ("9000c1", ("Zero W", 512, "Sony UK", "BCM2835", "1.1"), "Raspberry Pi Zero W"),
     ],
 )
-def test_pi_revision_codes_decode(code, fields, model):
-    decoded = decode_pi_revision(code)
-    assert decoded is not None
-    revision, full = decoded
+def test_pi_revision_codes_decode(tmp_path, code, fields, model):
+    p = _pi_with_revision(tmp_path, code)
+    revision = p.pi_revision
+    assert revision is not None
     assert (revision.code, revision.model, revision.ram_mb) == (code, *fields[:2])
     assert (revision.manufacturer, revision.processor, revision.revision) == fields[2:]
-    assert full == model
+    assert (p.family, p.model, p.soc) == ("raspberry_pi", model, fields[3])
 
 
 @pytest.mark.parametrize("code", ["000e", "0010", "", "zz", None])
-def test_old_or_bad_pi_revision_codes_are_not_decoded(code):
-    assert decode_pi_revision(code) is None
+def test_old_or_bad_pi_revision_codes_are_not_decoded(tmp_path, code):
+    p = _pi_with_revision(tmp_path, code)
+    assert p.family == "raspberry_pi" and p.pi_revision is None
+    assert p.model == "Raspberry Pi"  # the reported model, its " Rev" cut
 
 
 def test_pi5_revision_from_device_tree_when_cpuinfo_has_none(tmp_path):
@@ -343,7 +356,7 @@ def test_pi5_revision_from_device_tree_when_cpuinfo_has_none(tmp_path):
     ("compatible", "module", "carrier", "name"),
     [
         (("nvidia,p3768-0000+p3767-0003-super", "nvidia,p3767-0003", "nvidia,tegra234"),
-         "p3767-0003", "p3768-0000", "Jetson Orin Nano 8GB"),
+         "p3767-0003", "p3768-0000", "Jetson Orin Nano 8GB Super"),
         (("nvidia,p3509-0000+p3767-0000", "nvidia,tegra234"), "p3767-0000", "p3509-0000",
          "Jetson Orin NX 16GB"),
         (("nvidia,p3509-0000+p3636-0001", "nvidia,tegra186"), "p3636-0001", "p3509-0000",
@@ -351,9 +364,14 @@ def test_pi5_revision_from_device_tree_when_cpuinfo_has_none(tmp_path):
         (("nvidia,p2771-0000", "nvidia,tegra186"), None, None, None),
     ],
 )  # fmt: skip
-def test_jetson_module_ids(compatible, module, carrier, name):
-    ids = jetson_ids(compatible)
-    assert (ids.module, ids.carrier, ids.name) == (module, carrier, name)
+def test_jetson_module_ids(tmp_path, compatible, module, carrier, name):
+    dt = tmp_path / "proc" / "device-tree"
+    dt.mkdir(parents=True)
+    (dt / "compatible").write_bytes(b"".join(c.encode() + b"\0" for c in compatible))
+    p = probe(tmp_path)
+    assert (p.family, p.board_id, p.carrier_id) == ("jetson", module, carrier)
+    # A module id names the model; without one the model comes from the SoC alone.
+    assert p.model == (f"NVIDIA {name}" if name else "NVIDIA Jetson (Tegra X2)")
 
 
 def test_cgroup_v1_unlimited_and_v2_max_mean_no_limit(tmp_path):
@@ -588,7 +606,7 @@ def test_pip_cv2_shadowing_a_system_cv2(tmp_path, system_cv2):
     elif system_cv2 == "ext":  # Debian's layout: one extension module for this Python
         (packages / f"cv2{sysconfig.get_config_var('EXT_SUFFIX')}").write_bytes(b"")
     (packages / "cv2.cpython-39-other.so").write_bytes(b"")  # another Python's: not a rival
-    info = ask_opencv(Reader(str(tmp_path)))
+    info = probe(tmp_path, live=True).opencv
     assert info is not None and info.version == cv2.__version__
     assert info.shadows_system == (system_cv2 is not None)
     assert (info.system_path is not None) == (system_cv2 is not None)

@@ -26,6 +26,9 @@ from hypothesis import strategies as st
 
 from edgeload import ProfileError, cli, plan_for, probe
 from edgeload.platform import load_profile
+
+# Internal: the TOML writer (round-tripped over arbitrary tables), the report table and
+# the Measurement that builds a finished sweep's result without running one.
 from edgeload.tuning._profile_file import render_toml
 from edgeload.tuning._report import format_table
 

@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+# Internal: Ctrl-C is delivered at each step inside the assembler's lock, which no public
+# call can pin down.
 from edgeload.video._assembler import Assembler, BatchPools
 from edgeload.video.source import FrameInfo
 

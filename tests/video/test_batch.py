@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 
 from edgeload.errors import ArgumentError
 from edgeload.video import StreamLoader, letterbox_size
+
+# Internal: the frame writer's geometry over arbitrary sizes and boxes (hypothesis); the
+# loader tests above check the same through StreamLoader on real clips.
 from edgeload.video._resize import FrameWriter
 from edgeload.video.batch import FrameMeta
 

@@ -18,6 +18,9 @@ import pytest
 from _servers import SilentServer, frozen_http_camera, wait_until
 
 from edgeload.video import VideoSource
+
+# Internal: an OpenCV without the timeouts is simulated here (features_of a stand-in cv2),
+# and the stall guard is driven on one reader against a silent server.
 from edgeload.video._capture import (
     STALL_GUARD_VAR,
     build_target,

@@ -16,6 +16,9 @@ from _media import clip, media_dir
 
 from edgeload.platform.profile import Profile
 from edgeload.video import StreamLoader, VideoSource
+
+# Internal: FFmpeg's threads are counted for one reader alone, with a thread count the
+# loader would choose itself.
 from edgeload.video._capture import SMALL_FILE_PIXELS, build_target, capture_features
 from edgeload.video._reader import StreamReader
 

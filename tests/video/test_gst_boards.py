@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+# Internal: each board's GStreamer element list is injected (elements=); target_for()
+# asks this machine's GStreamer, which has none of the boards' decoders.
 from edgeload.video._capture import build_target
 from edgeload.video._gstreamer import Output, StreamInfo, csi_pipeline, decode_pipeline
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from edgeload.errors import SourceError
+
+# Internal: the pipeline for a given codec and container (info=), without a board.
 from edgeload.video._capture import build_target
 from edgeload.video._gstreamer import Output, StreamInfo, decode_pipeline
 

@@ -9,6 +9,9 @@ import pytest
 from _media import clip, media_dir
 
 from edgeload.video import StreamLoader, VideoSource
+
+# Internal: the assembler's conversion-on-ship and the reader's capture clock, measured
+# without the timing noise of a whole loader.
 from edgeload.video._assembler import Assembler, BatchPools
 from edgeload.video._mux import Demand
 from edgeload.video._reader import CaptureClock, LiveEdge

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from edgeload.errors import SourceError
+
+# Internal: a Pi's libcamera camera list is injected (pi_cameras=, `cam -l` output).
 from edgeload.video._capture import build_target
 from edgeload.video._gstreamer import Output, parse_cam_list
 

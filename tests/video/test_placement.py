@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeload.pipeline.slots import SlotPool
+
+# Internal: the placement rules over arbitrary stream and batch counts (hypothesis).
 from edgeload.video._assembler import OpenBatch, Placement
 
 

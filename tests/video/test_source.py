@@ -9,15 +9,19 @@ from types import SimpleNamespace
 
 import pytest
 from _media import clip, media_dir
-from _servers import frozen_http_camera, wait_until
+from _servers import frozen_http_camera
 
+import edgeload
 from edgeload.errors import SourceError
-from edgeload.video import SourceState, VideoSource
+from edgeload.video import SourceState, StreamLoader, VideoSource
+
+# Internal: the pipeline a board would get (gstreamer=, info=, elements= injected), the
+# RTSP option precedence, and the reader alone (its one reused buffer, a raising sink,
+# pacing against a slow sink, the loop position) where a loader's batching would hide it.
 from edgeload.video._capture import (
     OPTIONS_VAR,
     THREADS_VAR,
     build_target,
-    classify,
     network_options,
     rtsp_transport_used,
     scoped_env,
@@ -69,7 +73,7 @@ def test_bad_sources_are_refused_at_construction(uri, match):
     ],
 )
 def test_source_kinds(uri, kind):
-    assert classify(uri)[0] == kind
+    assert VideoSource(uri).kind == kind
     assert VideoSource(uri).live  # every kind but a plain file is a live input
 
 
@@ -198,9 +202,11 @@ def test_a_sink_that_raises_fails_a_file_stream_and_the_fault_keeps_the_exceptio
 
 
 def test_reader_fps_limit_skips_without_decoding(small):
-    reader, got = _read_all(VideoSource(small, fps=10))
-    assert [seq for seq, _, _ in got] == list(range(0, 30, 3))
-    assert reader.frame_loop.skipped == 20
+    with StreamLoader([VideoSource(small, fps=10)], size=(160, 120), batch=1) as loader:
+        seqs = [batch.meta[0].seq for batch in loader]
+        stream = loader.stats()["streams"][0]
+    assert seqs == list(range(0, 30, 3))
+    assert stream["skipped"] == 20
 
 
 def test_reader_realtime_replay_is_paced_and_resumes_mid_file(small):
@@ -245,44 +251,45 @@ def test_unreachable_stream_retries_with_backoff_and_stops_promptly():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     source = VideoSource(f"rtsp://127.0.0.1:{port}/x", backoff_s=(0.05, 0.2), open_timeout_s=1)
-    target = build_target("rtsp", source.value, backend="auto", preferred="ffmpeg",
-                          decoder="software")  # fmt: skip
-    reader = StreamReader(source, target, stream_id=7, sink=lambda f, *info: True)
-    reader.start()
-    deadline = time.monotonic() + 30
-    while reader.connection.attempts < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert reader.connection.phase in (SourceState.RECONNECTING, SourceState.CONNECTING)
-    assert reader.connection.attempts >= 3
-    assert "refused" in reader.connection.last_error.message  # the cause, found first
-    reader.stop()
-    assert reader.join(3)
-    assert not [t for t in threading.enumerate() if t.name == "edgeload-video-7"]
+    loader = StreamLoader([source], size=(32, 32), deadline_ms=50, timeout_s=30)
+    with loader:
+        stats = loader.stats()["streams"][0]
+        deadline = time.monotonic() + 30
+        for _ in loader:  # empty batches at each deadline while the stream is down
+            stats = loader.stats()["streams"][0]
+            if stats["attempts"] >= 3 or time.monotonic() > deadline:
+                break
+        assert stats["state"] in (SourceState.RECONNECTING.value, SourceState.CONNECTING.value)
+        assert stats["attempts"] >= 3
+        assert "refused" in stats["last_error"]  # the cause, found first
+        started = time.monotonic()
+    assert time.monotonic() - started < 5  # close() stops the retries promptly
+    assert not [t for t in threading.enumerate() if t.name.startswith("edgeload-video")]
 
 
 def test_a_frozen_stream_times_out_and_reconnects(tmp_path_factory, tmp_path):
     with frozen_http_camera(tmp_path_factory, tmp_path) as url:
-        source = VideoSource(url, read_timeout_s=1, open_timeout_s=3, backoff_s=(0.1, 0.2))
-        target = build_target("http", url, backend="ffmpeg", preferred="ffmpeg",
-                              decoder="software")  # fmt: skip
+        source = VideoSource(url, read_timeout_s=1, open_timeout_s=3, backoff_s=(0.1, 0.2),
+                             backend="ffmpeg")  # fmt: skip
         seqs = []
-        reader = StreamReader(source, target, stream_id=5,
-                              sink=lambda f, seq, *_: seqs.append(seq) or True)  # fmt: skip
-        reader.start()
-        wait_until(lambda: reader.connection.reconnects >= 1, 15)
-        reader.stop()
-        assert reader.join(5)
-    assert reader.connection.reconnects >= 1, reader.connection.last_error
-    assert "stopped delivering frames" in reader.connection.last_error.message
+        with StreamLoader([source], size=(32, 32), deadline_ms=50, timeout_s=30) as loader:
+            deadline = time.monotonic() + 15
+            for batch in loader:
+                seqs += [meta.seq for meta in batch.meta if meta is not None]
+                stats = loader.stats()["streams"][0]
+                if stats["reconnects"] >= 1 or time.monotonic() > deadline:
+                    break
+    assert stats["reconnects"] >= 1, stats["last_error"]
+    assert "stopped delivering frames" in stats["last_error"]
     assert len(seqs) > 0 and seqs == sorted(seqs)  # seq keeps counting across the reconnect
 
 
 def test_target_for_shows_what_a_loader_would_open():
     from edgeload.video import target_for
-    from edgeload.video._capture import opencv_has
 
     target = target_for("rtsp://10.0.0.2/main")
-    if opencv_has("gstreamer"):
+    opencv = edgeload.probe().opencv
+    if opencv is not None and opencv.gstreamer:
         assert target.backend in ("gstreamer", "ffmpeg")
     else:
         assert (target.backend, target.open_string) == ("ffmpeg", "rtsp://10.0.0.2/main")

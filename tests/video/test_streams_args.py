@@ -8,9 +8,12 @@ import pytest
 import torch
 from _media import clip, media_dir
 
+from edgeload import probe
 from edgeload.errors import EdgeloadError, SourceError
 from edgeload.video import StreamLoader, VideoSource
-from edgeload.video._capture import opencv_has
+
+# Whether this OpenCV was built with GStreamer, as `edgeload probe` reports it.
+HAS_GSTREAMER = bool(probe().opencv and probe().opencv.gstreamer)
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +40,14 @@ def test_a_gpu_setting_without_a_gpu_raises_from_the_constructor(small, kw, matc
     assert _video_threads() == []
 
 
-@pytest.mark.skipif(opencv_has("gstreamer"), reason="this OpenCV can decode with GStreamer")
+@pytest.mark.skipif(HAS_GSTREAMER, reason="this OpenCV can decode with GStreamer")
 def test_an_explicit_decode_backend_that_is_missing_raises_from_the_constructor(small):
     with pytest.raises(SourceError, match="GStreamer"):
         StreamLoader([VideoSource(small, backend="gstreamer")], size=(80, 60))
     assert _video_threads() == []
 
 
-@pytest.mark.skipif(opencv_has("gstreamer"), reason="this OpenCV can decode with GStreamer")
+@pytest.mark.skipif(HAS_GSTREAMER, reason="this OpenCV can decode with GStreamer")
 def test_add_refuses_a_source_this_machine_cannot_open_and_keeps_the_others(small):
     with StreamLoader([small], size=(80, 60)) as loader:
         with pytest.raises(SourceError, match="GStreamer"):

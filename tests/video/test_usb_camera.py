@@ -11,7 +11,10 @@ import pytest
 
 from edgeload.errors import ArgumentError, SourceError
 from edgeload.video import StreamLoader, VideoSource
+
+# Internal: a camera's v4l2-ctl mode list is injected (modes=) and parsed from captured text.
 from edgeload.video._capture import build_target
+from edgeload.video._gstreamer import Output
 from edgeload.video._v4l2 import (
     CameraMode,
     CameraRequest,
@@ -73,7 +76,7 @@ def _target(board, request, listed, backend="gstreamer"):
     return build_target(
         "device", "/dev/video0", backend=backend, preferred="gstreamer", decoder=board,
         gstreamer=True, elements=lambda name: True, camera=request, modes=listed,
-        output=__import__("edgeload.video._gstreamer", fromlist=["Output"]).Output(size=(640, 640)),
+        output=Output(size=(640, 640)),
     )  # fmt: skip
 
 
