@@ -14,7 +14,7 @@ JetPack 5 ships Python 3.8 and JetPack 6 ships 3.10, so edgeload cannot use what
 ``Path.is_relative_to``, ``importlib.resources.files``). JetPack 5.0's torch is 1.11 or
 1.12, which lack ``Tensor.nbytes`` (torch 1.13). Each helper here behaves like the
 newer call on every version. ``scripts/check_py38.py`` keeps the newer Python calls out of
-the package; ``scripts/test-jetpack5.sh`` runs the suite on Python 3.8 with torch 1.11
+the package; ``nox -s jetpack5`` runs the suite on Python 3.8 with torch 1.11
 and 1.12.
 """
 

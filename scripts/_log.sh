@@ -1,6 +1,5 @@
-# Logging and retries shared by the CI scripts that build environments
-# (scripts/test-targets.sh, test-trixie.sh, test-jetpack5.sh, test-jetpack6.sh,
-# test-bookworm.sh); sourced, not run.
+# Logging and retries for scripts/_root.sh (the Debian roots the noxfile's sessions test in);
+# sourced, not run.
 # Set log_tag before sourcing: it names the script in every line.
 
 say() { printf '[%s %(%H:%M:%S)T] %s\n' "$log_tag" -1 "$*" >&2; }

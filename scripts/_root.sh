@@ -1,32 +1,44 @@
-# A Debian root built with debootstrap, and the suite run inside it with chroot: shared by
-# scripts/test-targets.sh (bullseye, arm64 under qemu) and scripts/test-trixie.sh (trixie,
-# native); sourced, not run, after scripts/_log.sh. Before calling, set:
-#   R         the root's folder (cached outside the clone)
-#   SUITE     the Debian release; ARCH its architecture (foreign ones run under qemu)
-#   MIRRORS   the mirrors to try, in order (pick_mirror sets MIRROR to the first that has SUITE)
-#   APT_PKGS  Debian packages the tests need inside the root
-#   VENV SRC WHEELS  inside the root: the test venv, the copied tree, the wheels the install
-#             test may install offline
-#   TEST_ENV  NAME=VALUE settings the tests run with (in_venv)
-#   CACHE     the folder R lives in, locked for one run at a time
+#!/usr/bin/env bash
+# A Debian root built with debootstrap, and the suite run inside it with chroot: the
+# noxfile's root sessions (trixie, arm64) run this, with the stack described in the
+# environment. Needs root (debootstrap, chroot, mounts) and network on the first run.
+#
+#   bash scripts/_root.sh build          build or update the cached root
+#   bash scripts/_root.sh test CMD...    build if needed, then in a fresh copy of the clone:
+#                                        the versions check, the install check, CMD (pytest)
+#   bash scripts/_root.sh shell          a shell in the root's venv, in the copied tree
+#
+#   ROOT_NAME     the session, for the log          ROOT_CACHE  the folder R lives in
+#   ROOT_SUITE    the Debian release                ROOT_ARCH   its architecture (default:
+#                                                   this machine's; a foreign one runs under qemu)
+#   ROOT_MIRRORS  the mirrors to try, in order (the first that has ROOT_SUITE wins)
+#   ROOT_APT      Debian packages the tests need inside the root
+#   ROOT_PIP      pip specs added to the root's venv, Debian's own packages pinned
+#   ROOT_WHEELS   pip specs the install check may install, offline (downloaded at build)
+#   ROOT_CHECK    the arguments of `scripts/stack_check.py check` for this stack
+#   ROOT_TEST_ENV NAME=VALUE settings the tests run with
+# Lists are space-separated. Each build step checks what is already there, so an
+# interrupted build resumes; every download is retried.
+set -euo pipefail
 
-# The start of every such script: SKIPVAR=1 skips it, loudly (not for CI); root is needed;
-# one run at a time per cache (a second waits: a build can take 20 minutes); the root's
-# mounts go when the script ends.  take_root SKIPVAR WHAT "$@", WHAT naming what a skip
-# leaves untested.
-take_root() {
-    local skip=$1 what=$2
-    shift 2
-    if [ "${!skip:-0}" = 1 ]; then
-        say "SKIPPED: $skip=1; $what is NOT tested"
-        exit 0
-    fi
-    [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mounts): sudo $0 $*"
-    mkdir -p "$CACHE"
-    exec 8>"$CACHE/.lock"
-    flock -w 3600 8 || die "another $log_tag run holds $CACHE/.lock"
-    trap umount_root EXIT
-}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+log_tag=$ROOT_NAME
+source "$repo/scripts/_log.sh"
+
+read -ra MIRRORS <<<"$ROOT_MIRRORS"
+read -ra APT_PKGS <<<"$ROOT_APT"
+read -ra PIP_PKGS <<<"$ROOT_PIP"
+read -ra WHEEL_PKGS <<<"${ROOT_WHEELS:-}"
+read -ra CHECK <<<"${ROOT_CHECK:-}"
+read -ra TEST_ENV <<<"${ROOT_TEST_ENV:-}"
+CACHE=$ROOT_CACHE
+SUITE=$ROOT_SUITE
+HOST_ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
+ARCH=${ROOT_ARCH:-$HOST_ARCH}
+R=$CACHE/$SUITE-$ARCH
+VENV=/opt/venv      # inside the root
+SRC=/src/edgeload   # inside the root: a fresh copy of this checkout each run
+WHEELS=/opt/wheels  # inside the root: what the install check may install, offline
 
 # --- the root's mounts and environment --------------------------------------------------
 mount_root() {
@@ -81,6 +93,25 @@ urllib.request.urlopen(sys.argv[1] + "/dists/" + sys.argv[2] + "/InRelease", tim
         say "$m has no $SUITE; trying the next mirror"
     done
     die "no mirror has Debian $SUITE: ${MIRRORS[*]}"
+}
+
+host_tools() {  # a foreign architecture runs under qemu-user-static, through binfmt_misc
+    [ "$ARCH" = "$HOST_ARCH" ] && return 0
+    if ! command -v qemu-aarch64-static >/dev/null || ! command -v debootstrap >/dev/null \
+        || ! command -v update-binfmts >/dev/null; then
+        say "installing qemu-user-static, binfmt-support and debootstrap on the host"
+        retry apt-get update -qq
+        retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            qemu-user-static binfmt-support debootstrap >/dev/null
+    fi
+    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --import qemu-aarch64 || true
+    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+    grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
+        || die "binfmt_misc has no enabled qemu-aarch64 entry: arm64 programs cannot run here"
+    # F: the kernel opens the emulator at registration, so it works inside the chroot
+    grep -q '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
+        || die "the qemu-aarch64 binfmt entry lacks the F flag; reinstall qemu-user-static"
 }
 
 build_rootfs() {
@@ -164,9 +195,72 @@ install_test() {
     ' sh "$WHEELS"
 }
 
+# Debian's numpy (and the rest of what Debian has) must stay: the venv sees the system's
+# packages and pip installs around them, pinned (scripts/stack_check.py pins).
+build_venv() {
+    local want="${PIP_PKGS[*]} | ${WHEEL_PKGS[*]}"
+    mount_root
+    [ -x "$R$VENV/bin/python" ] || in_root python3 -m venv --system-site-packages "$VENV"
+    [ "$(cat "$R$VENV/.edgeload-pip" 2>/dev/null)" = "$want" ] && return 0
+    in_root "$VENV/bin/python" - pins <"$repo/scripts/stack_check.py" >"$R$VENV/debian-pins.txt"
+    say "pip install ${PIP_PKGS[*]} into $VENV, with Debian's $(tr '\n' ' ' <"$R$VENV/debian-pins.txt")kept"
+    retry in_root "$VENV/bin/python" -m pip install -q -c "$VENV/debian-pins.txt" "${PIP_PKGS[@]}"
+    if [ ${#WHEEL_PKGS[@]} -gt 0 ]; then
+        retry in_root "$VENV/bin/python" -m pip download -q --no-deps -d "$WHEELS" "${WHEEL_PKGS[@]}"
+    fi
+    echo "$want" >"$R$VENV/.edgeload-pip"
+}
+
+build() {
+    local t0=$SECONDS
+    host_tools
+    build_rootfs
+    build_packages
+    build_venv
+    say "root ready in $((SECONDS - t0)) s: $R"
+}
+
+run_tests() {
+    local t0=$SECONDS
+    mount_root
+    copy_source
+    in_venv 300 python scripts/stack_check.py check "${CHECK[@]}" \
+        || die "$R does not hold the stack this session asks for (delete it to rebuild)"
+    timed "install over the system numpy" install_test
+    say "the tests: $*"
+    timed "pytest" in_venv 1800 "$@"
+    say "the tests in the $SUITE $ARCH root passed in $((SECONDS - t0)) s"
+}
+
 timed() {  # timed NAME CMD...: run CMD, log how long it took
     local name=$1 t0=$SECONDS
     shift
     "$@"
     say "$name: $((SECONDS - t0)) s"
 }
+
+# One run at a time per cache (a second waits: a build can take 20 minutes); the root's
+# mounts go when the script ends.
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and mounts): run nox with sudo"
+mkdir -p "$CACHE"
+exec 8>"$CACHE/.lock"
+flock -w 3600 8 || die "another run holds $CACHE/.lock"
+trap umount_root EXIT
+
+what=${1:-}
+[ $# -gt 0 ] && shift
+case $what in
+    # (never `build && ...`: bash ignores set -e inside a function run as part of && or ||)
+    build) build ;;
+    test)
+        build
+        run_tests "$@"
+        ;;
+    shell)
+        build
+        mount_root
+        copy_source
+        in_venv 86400 bash
+        ;;
+    *) die "unknown command '$what': use build, test CMD... or shell" ;;
+esac

@@ -8,8 +8,8 @@ source "$repo/scripts/_system_deps.sh"
 system_deps
 
 say "ruff"
-"$venv/bin/ruff" check edgeload tests scripts benchmarks examples
-"$venv/bin/ruff" format --check edgeload tests scripts benchmarks examples
+"$venv/bin/ruff" check edgeload tests scripts benchmarks examples noxfile.py
+"$venv/bin/ruff" format --check edgeload tests scripts benchmarks examples noxfile.py
 say "Python 3.8 gate (JetPack 5): vermin and scripts/check_py38.py"
 "$venv/bin/vermin" -q -t=3.8- --no-tips --violations edgeload tests scripts benchmarks examples
 "$venv/bin/python" scripts/check_py38.py edgeload tests scripts benchmarks examples
@@ -24,5 +24,5 @@ say "pytest"
 "$venv/bin/python" -m pytest -n "${EDGELOAD_TEST_WORKERS:-2}" --dist loadfile -p no:benchmark "$@"
 
 # The GStreamer path (tests/video/test_gst.py) needs an OpenCV with GStreamer: Debian's
-# python3-opencv, in .venv-gst (scripts/test-bookworm.sh, which .ci/run also runs whole).
-bash scripts/test-bookworm.sh tests/video/test_gst.py
+# python3-opencv, in the noxfile's bookworm session (which .ci/run runs whole, but for this).
+"$venv/bin/nox" -s bookworm -- tests/video/test_gst.py
