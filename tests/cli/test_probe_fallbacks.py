@@ -20,7 +20,7 @@ def _probe(*args, **env):
         [sys.executable, "-m", "edgeload", "probe", *args],
         capture_output=True,
         text=True,
-        timeout=300,  # importing torch under emulation (scripts/test-targets.sh) is slow
+        timeout=300,  # importing torch under emulation (the nox arm64 session) is slow
         env={**os.environ, **env},
     )
 

@@ -1,7 +1,7 @@
 """Thread workers on a torch older than the one here (every JetPack build): no ``worker._RNG``.
 
 torch 1.11 - 2.6 have no ``torch.utils.data._utils.worker._RNG``; removing it here runs the
-same code path as on a Jetson. The emulated arm64 root (scripts/test-targets.sh, torch 2.1)
+same code path as on a Jetson. The emulated arm64 root (the nox arm64 session, torch 2.1)
 runs these and the rest of the loader tests without removing anything.
 """
 

@@ -1,7 +1,7 @@
 """OpenCV features found at run time, and the stall guard that stands in for the timeouts.
 
 On an OpenCV without the FFmpeg open/read timeouts (before 4.5.4, e.g. Debian bullseye's
-4.5.1 in scripts/test-targets.sh) the guard is what frees a reader from a silent camera.
+4.5.1 in the nox arm64 session) the guard is what frees a reader from a silent camera.
 Here, on a newer OpenCV, ``EDGELOAD_STALL_GUARD=1`` makes edgeload open captures exactly
 as it does there (no timeout properties) so the same tests exercise the guard.
 """

@@ -1,6 +1,6 @@
 """The GStreamer path, with an OpenCV that has GStreamer (Debian's python3-opencv).
 
-``scripts/test.sh`` runs this file in ``.venv-gst`` (the system Python, so its cv2 4.6
+``scripts/test.sh`` runs this file in nox's ``bookworm`` session (the system Python, so its cv2 4.6
 with GStreamer) using the software decoder ``avdec_h264`` where a Jetson would use
 ``nvv4l2decoder``.  In a venv whose OpenCV lacks GStreamer it skips while Debian's
 OpenCV has it (that run covers it); when neither has it, ``EDGELOAD_REQUIRE_GSTREAMER=1``
