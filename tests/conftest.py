@@ -113,7 +113,9 @@ def _gstreamer_missing() -> str | None:
     # The main venv's pip OpenCV has no GStreamer by design: scripts/test.sh runs these
     # tests again with Debian's OpenCV. A skip here is honest only while that one exists.
     if system_python_has(GST_OPENCV_PROBE):
-        pytest.skip("this OpenCV has no GStreamer (scripts/test.sh runs it in the nox bookworm session)")
+        pytest.skip(
+            "this OpenCV has no GStreamer (scripts/test.sh runs it in the nox bookworm session)"
+        )
     return f"neither this OpenCV nor {SYSTEM_PYTHON}'s has GStreamer"
 
 
