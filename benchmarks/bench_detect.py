@@ -15,7 +15,8 @@ the same ``--imgsz``, with the same torch threads, in a fresh process per conten
   ``threads;1``
   (one FFmpeg thread per camera, leaving the cores to the model).
 - ``edgeload``: ``StreamLoader(urls, layout="NCHW", color="rgb", resize="letterbox",
-  dtype=torch.float32)`` feeding ``model(batch.frames)``, Ultralytics'
+  dtype=torch.float32)`` feeding the network as Ultralytics' predictor prepares it
+  (its ``AutoBackend``: fused, channels-last on x86), Ultralytics'
   ``non_max_suppression`` and ``FrameMeta.to_source``.  Its size is what Ultralytics'
   own letterbox makes of the cameras (``imgsz`` on the long side, the short side
   rounded up to the stride: 320x256 for 640x480), so both run the same compute.
@@ -195,11 +196,14 @@ def _run_edgeload(args: argparse.Namespace, model: Any, tally: _Tally) -> Conten
     """StreamLoader -> forward -> Ultralytics' NMS -> to_source: a step is one batch."""
     import clock_camera
     import torch
+    from ultralytics.nn.autobackend import AutoBackend
     from ultralytics.utils.nms import non_max_suppression
 
     from edgeload.video import StreamLoader, letterbox_size
 
-    net = model.model.float().eval()
+    # The network Ultralytics' predictor runs: its AutoBackend fuses convolutions and
+    # batch norms and picks the memory format (channels-last on x86 CPUs with oneDNN).
+    net = AutoBackend(model.model, device=torch.device("cpu"), fuse=True, verbose=False).eval()
     w, h = (int(v) for v in args.size.split("x"))
     loader = StreamLoader(args.urls, size=letterbox_size((w, h), args.imgsz, stride=STRIDE),
                           layout="NCHW", color="rgb", resize="letterbox",
@@ -215,8 +219,9 @@ def _run_edgeload(args: argparse.Namespace, model: Any, tally: _Tally) -> Conten
         for i, m in metas:
             (sx, sy), (left, top) = m.scale, m.pad
             pw, ph = round(m.source_size[0] * sx), round(m.source_size[1] * sy)
-            picture = frames[i, :, top : top + ph, left : left + pw].mul(255).to(torch.uint8)
-            stamps.append(clock_camera.read_stamp(picture.permute(1, 2, 0).numpy()))
+            # The green plane of the picture as the model gets it, read in place.
+            green = frames[i, 1, top : top + ph, left : left + pw].numpy()
+            stamps.append(clock_camera.read_stamp(green, white=1.0))
             tally.own.append(m.age_ms)
         with torch.inference_mode():
             out = net(frames)

@@ -50,8 +50,12 @@ def stamp(luma: np.ndarray, value_ms: int) -> None:
         luma[rows, cols] = _WHITE if bit else _BLACK
 
 
-def read_stamp(image: np.ndarray) -> int | None:
-    """The time drawn into ``image`` (H x W grey, or H x W x 3), or None if unreadable."""
+def read_stamp(image: np.ndarray, *, white: float = 255.0) -> int | None:
+    """The time drawn into ``image`` (H x W grey, or H x W x 3), or None if unreadable.
+
+    ``white`` is the value of a white pixel (1.0 for a float picture in [0, 1]), so a
+    model's float input is read where it lies, without a uint8 copy.
+    """
     grey = image[..., 1] if image.ndim == 3 else image
     bits = []
     for k in range(DATA_BITS + CHECK_BITS):
@@ -60,7 +64,7 @@ def read_stamp(image: np.ndarray) -> int | None:
         centre = grey[
             rows.start + h // 4 : rows.stop - h // 4, cols.start + w // 4 : cols.stop - w // 4
         ]
-        bits.append(1 if float(centre.mean()) > 128 else 0)
+        bits.append(1 if float(centre.mean()) > white / 2 else 0)
     value = sum(bit << i for i, bit in enumerate(bits[:DATA_BITS]))
     return value if bits == _bits(value) else None
 
