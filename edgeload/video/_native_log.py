@@ -70,7 +70,9 @@ _CV_WARNING, _CV_ERROR = 3, 2  # cv::utils::logging::LogLevel
 # "[http @ 0x55d0c0ffee00] HTTP error 404" -> "http: HTTP error 404": the address is noise
 _CONTEXT = re.compile(r"\[([\w.-]+) @ (?:0x)?[0-9a-fA-F]+\] ")
 
-_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+# (context, level, format, va_list): the format stays a raw pointer, so a call passed on
+# to FFmpeg's default callback gets FFmpeg's own arguments back unchanged.
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 _lock = threading.Lock()
 # The lines of each thread whose open is in progress, by thread ident.  The hook reads
@@ -90,7 +92,7 @@ class _FFmpegHook:
         self._set.restype = None
         self._format = lib.av_log_format_line
         self._format.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
             ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int),
         ]  # fmt: skip
         self._format.restype = None
@@ -107,7 +109,7 @@ class _FFmpegHook:
         self._set(self.default)
         self.installed = False
 
-    def _on_log(self, ptr: int | None, level: int, fmt: bytes | None, args: int | None) -> None:
+    def _on_log(self, ptr: int | None, level: int, fmt: int | None, args: int | None) -> None:
         # Called by FFmpeg from any thread; an exception here would print on stderr.
         try:
             lines = _opening.get(threading.get_ident())
