@@ -91,6 +91,7 @@ from ._capture import (
     resolve,
     threads_for_size,
 )
+from ._native_log import open_log, summary
 from ._preflight import preflight
 from ._v4l2 import CameraMode
 from .source import SourceState, VideoSource
@@ -318,22 +319,26 @@ class Connection:
                 self.report(cause)
             return None
         started = time.monotonic()
+        # FFmpeg's own lines from this thread meanwhile are the cause OpenCV does not give.
+        require_cv2()  # loads the libavutil whose log open_log hooks
+        said: list[str] = []
         try:
             self.opening = True
-            try:
-                self.target = resolve(self.target, timeout_s=src.open_timeout_s)
-            except SourceError as exc:  # no decoder for its codec: opening again won't help
-                self.last_error = Failure.raised(exc, str(exc))
-                self.unopenable = True
-                return None
-            with self._blocking(src.open_timeout_s):
-                cap = self._open_sized()
+            with open_log(ffmpeg=self.target.backend == "ffmpeg") as said:
+                try:
+                    self.target = resolve(self.target, timeout_s=src.open_timeout_s)
+                except SourceError as exc:  # no decoder for its codec: opening again won't help
+                    self.last_error = Failure.raised(exc, str(exc))
+                    self.unopenable = True
+                    return None
+                with self._blocking(src.open_timeout_s):
+                    cap = self._open_sized()
             if cap is not None and self.target.kind == "device":
                 self.camera_opened = opened_mode(cap)
             if cap is not None and self._guard is not None:
                 cap = GuardedCapture(cap, self._guard, src.read_timeout_s)
         except Exception as exc:  # cv2.error and friends: the stream fails, not the loader
-            self.last_error = Failure.raised(exc, f"open raised {exc!r}")
+            self.last_error = Failure.raised(exc, f"open raised {exc!r}{ffmpeg_says(said)}")
             return None
         finally:
             self.opening = False
@@ -345,7 +350,10 @@ class Connection:
                 f" (gave up after the {src.open_timeout_s:g} s open timeout)"
                 if took >= src.open_timeout_s * 0.9
                 else ""
-            ))  # fmt: skip
+            ) + ffmpeg_says(said))  # fmt: skip
+        elif cap is not None and said:
+            _log.debug("edgeload: %s opened; FFmpeg said: %s",
+                       redact(self.target.open_string), redact(summary(said)))  # fmt: skip
         if cap is not None and self._on_open is not None:
             self._on_open(self.target)
         return cap
@@ -655,6 +663,13 @@ class Playhead:
             return "lost"  # reopen through the reconnect path
         self._paced_from = time.monotonic()
         return "loop"
+
+
+def ffmpeg_says(lines: list[str]) -> str:
+    """What FFmpeg logged during an open, as a clause for the stream's error ("" if
+    nothing); :class:`~edgeload.pipeline._failure.Failure` hides its passwords."""
+    said = summary(lines)
+    return f" (FFmpeg: {said})" if said else ""
 
 
 def seek(cap: Any, index: int) -> None:
