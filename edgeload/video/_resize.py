@@ -100,8 +100,8 @@ class FrameWriter:
         self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
         self._yuv_scratch: np.ndarray | None = None  # a YUV plane scaled to the picture
         self.yuv = ""
-        """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane (a GStreamer
-        pipeline of edgeload's scaled them); '' for BGR (H, W, 3)."""
+        """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane from a GStreamer
+        pipeline of edgeload's, scaled or as decoded; '' for BGR (H, W, 3)."""
         self.source_size: tuple[int, int] | None = None
         """The decoded picture's ``(width, height)`` when a pipeline scaled the YUV
         plane before OpenCV; None: the plane is the picture as decoded."""
@@ -187,8 +187,8 @@ class FrameWriter:
         if plane == (h, w):
             cv2.cvtColor(frame, getattr(cv2, code), dst=inner)
         elif not (h % 2 or w % 2 or plane[0] % 2 or plane[1] % 2):
-            # Scale the planes, then convert the few pixels left: cheaper than any
-            # scaler in the pipeline (videoscale: docs/performance.md).
+            # Scale the planes, then convert the few pixels left: less CPU than
+            # videoscale in the pipeline (docs/performance.md).
             small = self._scale_yuv(cv2, frame, plane, (h, w))
             cv2.cvtColor(small, getattr(cv2, code), dst=inner)
         else:
