@@ -8,12 +8,14 @@ Each mode runs in a fresh process, the modes interleaved in rotated rounds:
 - ``decode``: ``filesrc ! qtdemux ! h264parse ! avdec_h264 ! fakesink`` through
   python3-gi: the decode the loader cannot avoid, the denominator of every ratio;
 - ``pipeline``: edgeload's pipeline for the file with ``fakesink`` for the appsink:
-  what the pipeline adds (scale to 640x640 in I420);
+  what the pipeline adds (on a software board nothing but a pass-through
+  ``videoconvert``: the frame writer scales the I420 planes after OpenCV);
 - ``gst``: ``StreamLoader([VideoSource(f, backend="gstreamer")], size=(640, 640))``;
 - ``ffmpeg``: the same through OpenCV's FFmpeg (BGR at full size, then resized);
 - ``gst-4x-fps5`` / ``ffmpeg-4x-fps5``: four sources of the file with ``fps=5``: five
   of each 30 frames are delivered, all are decoded.  A skipped frame must cost no more
-  than its decode and scale, so CPU per *decoded* frame stays near ``gst``'s.
+  than its decode (it is grabbed, never retrieved, scaled or converted), so CPU per
+  *decoded* frame stays near decode alone.
 
 CPU is the process's (all its threads) between two points of the run: when the
 ``--warm`` th frame arrives and when the last does.  Imports, GStreamer's

@@ -139,8 +139,9 @@ class Target:
     """RTSP only: ``tcp`` or ``udp`` as the source asked; None: TCP unless the
     ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` environment variable names another."""
     yuv: str = ""
-    """GStreamer decode pipelines: ``I420``/``NV12`` when frames arrive as one YUV plane
-    at the target size (the frame writer converts them); '' for BGR."""
+    """GStreamer decode pipelines: ``I420``/``NV12`` when frames arrive as one YUV plane,
+    at the target size where the pipeline scaled them, else as decoded (the frame writer
+    scales and converts them); '' for BGR."""
     codec: str = ""
     """The stream's codec as found (``h264``, ``h265``, ``mjpeg``, ...); '' unknown."""
     container: str = ""

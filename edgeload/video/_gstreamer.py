@@ -32,15 +32,19 @@ A codec with no decoder here is a :class:`~edgeload.errors.SourceError` naming t
 the package that has one and ``backend="ffmpeg"``: a pipeline that cannot negotiate would
 otherwise be retried for ever.
 
-**The output** is the target size in I420 (NV12 on a Jetson), the letterbox's inner box
-when ``resize="letterbox"``: OpenCV's GStreamer backend hands it over as one
-(H*3/2, W) plane without converting, and the frame writer turns it into BGR/RGB with
-one ``cv2.cvtColor`` straight into the batch place.  Full-size BGR frames and a
-``cv2.resize`` would cost more than the decode itself (measured: docs/performance.md).  A
-size 4:2:0 cannot hold (an odd side) arrives at the stream's size and the writer resizes
-it.  A live source's ``fps`` limit is a
-``videorate drop-only=true max-rate=N`` after the decoder, so a skipped frame is never
-scaled or converted; a file's stays in the reader (it counts frames by index).
+**The output** is YUV that OpenCV's GStreamer backend hands over as one (H*3/2, W)
+plane without converting; the frame writer turns it into BGR/RGB with one
+``cv2.cvtColor`` straight into the batch place.  On a Jetson it is NV12 at the target
+size (the letterbox's inner box when ``resize="letterbox"``), scaled by the VIC.  A
+software decoder's I420 arrives at the decoded size and the writer scales the planes
+with ``cv2.resize`` before converting: GStreamer's ``videoscale`` costs about twice as
+much CPU for the same filter, and a frame the reader skips is then never scaled
+(docs/performance.md).  A camera's YUY2 or 4:2:2 JPEG is scaled in the pipeline
+(``videoscale ! videoconvert``), so it is never converted at full size.  Full-size BGR
+frames and a ``cv2.resize`` would cost more than the decode itself.  A live source's
+``fps`` limit is a ``videorate drop-only=true max-rate=N`` after the decoder, so a
+skipped frame is never scaled or converted; a file's stays in the reader (it counts
+frames by index, and grabs a skipped frame without retrieving it).
 
 Every value placed into a pipeline goes through :func:`quote`.  Live inputs end in
 ``appsink drop=true max-buffers=1 sync=false`` so a slow consumer never builds lag.
@@ -346,14 +350,19 @@ def letterbox_box(src: tuple[int, int], size: tuple[int, int]) -> tuple[int, int
     return max(1, round(src_w * scale)), max(1, round(src_h * scale))
 
 
-def output_chain(board: str, out: Output, info: StreamInfo, *, live: bool) -> tuple[str, str]:
+def output_chain(
+    board: str, out: Output, info: StreamInfo, *, live: bool, scale: bool = False
+) -> tuple[str, str]:
     """The elements after the decoder, up to the appsink, and the YUV layout they hand
     OpenCV.
 
     The layout depends on the board only, so it is known before an RTSP stream's codec
-    is.  A size the pipeline cannot ask for (an odd side, which 4:2:0 cannot hold, or a
-    letterbox box of a picture whose size is not known yet) is left to the frame
-    writer: full-size YUV, converted, then resized.
+    is.  A Jetson's VIC scales to the target size; elsewhere the decoded I420 passes
+    through at its own size and the frame writer scales the planes, unless ``scale``
+    (a camera's YUY2 or 4:2:2 JPEG, which would otherwise be converted at full size:
+    ``videoscale`` first, then ``videoconvert`` on the few pixels left).  A size the
+    pipeline cannot ask for (an odd side, which 4:2:0 cannot hold, or a letterbox box of
+    a picture whose size is not known yet) is left to the frame writer.
     """
     rate = (
         f"videorate drop-only=true max-rate={max(1, round(out.fps))} ! " if live and out.fps else ""
@@ -368,8 +377,13 @@ def output_chain(board: str, out: Output, info: StreamInfo, *, live: bool) -> tu
         # The VIC scales and converts (NVMM or system memory) frames; JetPack's OpenCV
         # takes NV12, not BGRx (opencv/opencv#25602 added BGRx later).
         return f"{rate}nvvidconv ! video/x-raw,format=NV12{dims}", "NV12"
-    scale = "videoscale ! " if size else ""
-    return f"{rate}{scale}videoconvert ! video/x-raw,format=I420{dims}", "I420"
+    if scale and size:
+        return f"{rate}videoscale ! videoconvert ! video/x-raw,format=I420{dims}", "I420"
+    # A software decoder's I420 passes videoconvert untouched and the frame writer
+    # scales the planes (cv2.resize) after OpenCV hands the frame over: GStreamer's
+    # videoscale costs about twice as much CPU for the same 2-tap linear filter, and a
+    # frame the reader skips is then never scaled.
+    return f"{rate}videoconvert ! video/x-raw,format=I420", "I420"
 
 
 def decode_pipeline(
@@ -492,7 +506,7 @@ def device_pipeline(
     else:
         chain = quote(f"video/x-raw{dims};image/jpeg{dims}") + " ! decodebin"
     info = StreamInfo(width=mode.width, height=mode.height)
-    tail, yuv = output_chain(board, out or Output(), info, live=True)
+    tail, yuv = output_chain(board, out or Output(), info, live=True, scale=True)
     return f"{head} ! {chain} ! {tail} ! {LIVE_SINK}", yuv
 
 

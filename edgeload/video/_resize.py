@@ -98,9 +98,10 @@ class FrameWriter:
         self._scratch = np.empty((h, w, 3), np.uint8) if layout == "NCHW" else None
         self._geometry: tuple[tuple[int, ...], Geometry] | None = None
         self._cv2: Any = None  # imported at the first write, then kept: one call less a frame
+        self._yuv_scratch: np.ndarray | None = None  # a YUV plane scaled to the picture
         self.yuv = ""
-        """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane (a GStreamer
-        pipeline of edgeload's scaled them); '' for BGR (H, W, 3)."""
+        """``I420``/``NV12``: frames arrive as one (H*3/2, W) YUV plane from a GStreamer
+        pipeline of edgeload's, scaled or as decoded; '' for BGR (H, W, 3)."""
         self.source_size: tuple[int, int] | None = None
         """The decoded picture's ``(width, height)`` when a pipeline scaled the YUV
         plane before OpenCV; None: the plane is the picture as decoded."""
@@ -167,8 +168,9 @@ class FrameWriter:
         return placed
 
     def _write_yuv(self, cv2: Any, frame: np.ndarray, place: np.ndarray) -> Geometry:
-        """One ``cv2.cvtColor`` from the YUV plane into the picture's place; a plane not
-        at the picture's size (the pipeline could not ask for it) is resized after.  The
+        """One ``cv2.cvtColor`` from the YUV plane into the picture's place.  A plane
+        not at the picture's size (software decode hands over the decoded size) is
+        scaled first, plane by plane; with an odd side, converted and then resized.  The
         geometry is the decoded picture's (``source_size``), not the scaled plane's."""
         hwc = self._scratch if self._scratch is not None else place
         plane = (frame.shape[0] * 2 // 3, frame.shape[1])
@@ -184,12 +186,44 @@ class FrameWriter:
         code = _YUV_CODES[(self.yuv, self.color)]
         if plane == (h, w):
             cv2.cvtColor(frame, getattr(cv2, code), dst=inner)
+        elif not (h % 2 or w % 2 or plane[0] % 2 or plane[1] % 2):
+            # Scale the planes, then convert the few pixels left: less CPU than
+            # videoscale in the pipeline (docs/performance.md).
+            small = self._scale_yuv(cv2, frame, plane, (h, w))
+            cv2.cvtColor(small, getattr(cv2, code), dst=inner)
         else:
+            # An odd side has no 4:2:0 plane: convert at full size, then resize.
             full = cv2.cvtColor(frame, getattr(cv2, code))
             cv2.resize(full, (w, h), dst=inner, interpolation=cv2.INTER_LINEAR)
         if self._scratch is not None:
             np.copyto(place, self._scratch.transpose(2, 0, 1))
         return placed
+
+    def _scale_yuv(
+        self, cv2: Any, frame: np.ndarray, plane: tuple[int, int], size: tuple[int, int]
+    ) -> np.ndarray:
+        """The (H*3/2, W) YUV ``frame`` with a picture of ``plane`` ``(h, w)`` scaled to
+        ``size``, plane by plane (``INTER_LINEAR``, as a BGR frame is), into a scratch
+        plane kept for the next frame."""
+        (src_h, src_w), (h, w) = plane, size
+        if self._yuv_scratch is None or self._yuv_scratch.shape != (h * 3 // 2, w):
+            self._yuv_scratch = np.empty((h * 3 // 2, w), np.uint8)
+        src, dst = frame.reshape(-1), self._yuv_scratch.reshape(-1)
+        linear = cv2.INTER_LINEAR
+        cv2.resize(frame[:src_h], (w, h), dst=self._yuv_scratch[:h], interpolation=linear)
+        # Chroma: I420 has two (h/2, w/2) planes after Y; NV12 one of interleaved pairs.
+        # Each is a contiguous run of the buffer, whatever h % 4 is.
+        src_c, dst_c = src_h * src_w // 4, h * w // 4
+        if self.yuv == "NV12":
+            uv_src = src[src_h * src_w :][: 2 * src_c].reshape(src_h // 2, src_w // 2, 2)
+            uv_dst = dst[h * w :][: 2 * dst_c].reshape(h // 2, w // 2, 2)
+            cv2.resize(uv_src, (w // 2, h // 2), dst=uv_dst, interpolation=linear)
+        else:
+            for i in range(2):
+                c_src = src[src_h * src_w + i * src_c :][:src_c].reshape(src_h // 2, src_w // 2)
+                c_dst = dst[h * w + i * dst_c :][:dst_c].reshape(h // 2, w // 2)
+                cv2.resize(c_src, (w // 2, h // 2), dst=c_dst, interpolation=linear)
+        return self._yuv_scratch
 
 
 _YUV_CODES = {

@@ -185,3 +185,48 @@ def test_streams_of_several_aspects_or_live_ones_take_the_square(squares):
 def test_bad_stride_arguments_say_what_to_pass(squares, kwargs, match):
     with pytest.raises(ArgumentError, match=match):
         StreamLoader([squares["wide"]], resize="letterbox", **kwargs)
+
+
+def _yuv_planes(bgr, layout):
+    """``bgr`` as one (H*3/2, W) plane, as OpenCV's GStreamer backend hands it over."""
+    import cv2
+
+    i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    if layout == "I420":
+        return i420
+    h, w = bgr.shape[:2]
+    flat = i420.reshape(-1)
+    u, v = flat[h * w : h * w * 5 // 4], flat[h * w * 5 // 4 :]
+    return np.concatenate([flat[: h * w], np.stack([u, v], 1).reshape(-1)]).reshape(-1, w)
+
+
+@pytest.mark.parametrize("layout", ["I420", "NV12"])
+@pytest.mark.parametrize(
+    ("out", "resize"),
+    [((96, 64), "stretch"), ((96, 96), "letterbox"), ((90, 70), "letterbox"),
+     ((95, 61), "stretch")],  # the last: odd sides, converted first, then resized
+)  # fmt: skip
+def test_a_yuv_frame_at_decoded_size_is_scaled_like_a_bgr_one(layout, out, resize):
+    """A software pipeline hands over YUV as decoded; the writer scales its planes and
+    converts once.  The picture, its place and the padding are the BGR path's."""
+    yy, xx = np.mgrid[0:180, 0:320]
+    bgr = np.dstack([xx * 255 // 319, yy * 255 // 179, (xx + yy) * 255 // 498])
+    bgr = bgr.astype(np.uint8)
+    bgr[40:120, 100:180] = (30, 200, 90)
+    places = {}
+    for kind in ("bgr", "yuv"):
+        writer = FrameWriter(size=out, layout="NCHW", color="rgb", resize=resize)
+        frame = bgr
+        if kind == "yuv":
+            writer.yuv, frame = layout, _yuv_planes(bgr, layout)
+        place = np.zeros((3, out[1], out[0]), np.uint8)
+        for _ in range(2):  # the second frame reuses the scratch plane
+            geometry = writer.write(frame, place)
+        places[kind] = (place.astype(int), geometry)
+    (ours, ours_geometry), (theirs, theirs_geometry) = places["yuv"], places["bgr"]
+    assert ours_geometry == theirs_geometry
+    assert ours_geometry.source_size == (320, 180)
+    assert np.abs(ours - theirs).mean() < 3  # YUV 4:2:0 round trip, two resize orders
+    top, left, h, w = ours_geometry.box
+    assert (ours[:, :top] == 114).all() and (ours[:, top + h :] == 114).all()
+    assert (ours[:, :, :left] == 114).all() and (ours[:, :, left + w :] == 114).all()

@@ -56,8 +56,8 @@ def test_file_pipeline_follows_the_codec_and_container(codec, container, chain):
         out=Output(size=(640, 640)), elements=has(),
     )  # fmt: skip
     assert pipeline == (
-        f'filesrc location="/v/a.bin" ! {chain} ! videoscale ! videoconvert ! '
-        "video/x-raw,format=I420,width=640,height=640 ! appsink max-buffers=2 sync=false"
+        f'filesrc location="/v/a.bin" ! {chain} ! videoconvert ! '
+        "video/x-raw,format=I420 ! appsink max-buffers=2 sync=false"
     )
     assert yuv == "I420"
 
@@ -69,8 +69,8 @@ def test_rtsp_pipeline_depays_the_codec_and_limits_the_rate_upstream():
     )  # fmt: skip
     assert pipeline == (
         'rtspsrc location="rtsp://cam/x" latency=0 protocols=udp ! rtph265depay ! h265parse ! '
-        "avdec_h265 ! videorate drop-only=true max-rate=5 ! videoscale ! videoconvert ! "
-        "video/x-raw,format=I420,width=320,height=320 ! appsink drop=true max-buffers=1 sync=false"
+        "avdec_h265 ! videorate drop-only=true max-rate=5 ! videoconvert ! "
+        "video/x-raw,format=I420 ! appsink drop=true max-buffers=1 sync=false"
     )
 
 
@@ -83,13 +83,24 @@ def test_rtsp_pipeline_depays_the_codec_and_limits_the_rate_upstream():
         (None, "stretch", (1920, 1080), ""),
     ],
 )
-def test_the_pipeline_asks_for_the_size_it_can(size, resize, src, dims):
+def test_the_jetson_pipeline_asks_for_the_size_it_can(size, resize, src, dims):
     pipeline, yuv = decode_pipeline(
-        "file", "/v/a.mp4", "software", info=StreamInfo("h264", "mp4", *src),
-        out=Output(size=size, resize=resize), elements=has(),
+        "file", "/v/a.mp4", "jetson", info=StreamInfo("h264", "mp4", *src),
+        out=Output(size=size, resize=resize), elements=has(EVERYTHING | {"nvv4l2decoder"}),
     )  # fmt: skip
-    assert f"format=I420{dims} ! appsink" in pipeline and yuv == "I420"
-    assert ("videoscale" in pipeline) == bool(dims)
+    assert f"nvvidconv ! video/x-raw,format=NV12{dims} ! appsink" in pipeline and yuv == "NV12"
+
+
+@pytest.mark.parametrize("resize", ["stretch", "letterbox"])
+def test_software_decode_hands_over_the_decoded_size_for_the_writer_to_scale(resize):
+    """No videoscale after a software decoder: the frame writer scales the I420 planes,
+    for less CPU, and a frame the reader skips is never scaled."""
+    pipeline, yuv = decode_pipeline(
+        "file", "/v/a.mp4", "software", info=StreamInfo("h264", "mp4", 1920, 1080),
+        out=Output(size=(640, 640), resize=resize), elements=has(),
+    )  # fmt: skip
+    assert pipeline.endswith("avdec_h264 ! videoconvert ! video/x-raw,format=I420 ! appsink "
+                             "max-buffers=2 sync=false") and yuv == "I420"  # fmt: skip
 
 
 def test_a_codec_without_a_decoder_names_it_and_what_to_install():
