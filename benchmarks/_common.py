@@ -34,10 +34,13 @@ def cpu_s(*, children: bool = False) -> float:
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, usages))
 
 
-def run_child(cmd: Sequence[str], *, timeout_s: float) -> dict[str, Any]:
+def run_child(
+    cmd: Sequence[str], *, timeout_s: float, pss_interval_s: float | None = None
+) -> dict[str, Any]:
     """Run one contender's child process; its last stdout line is its JSON result.
 
-    Adds ``peak_pss_mib``: the peak PSS of the child's process tree.
+    Adds ``peak_pss_mib``: the peak PSS of the child's process tree, sampled every
+    ``pss_interval_s`` (None: :data:`edgeload.measure.SAMPLE_INTERVAL_S`).
     """
     from edgeload.measure import run_measured
 
@@ -46,7 +49,10 @@ def run_child(cmd: Sequence[str], *, timeout_s: float) -> dict[str, Any]:
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, paths)])
-    out, peak = run_measured(list(cmd), timeout_s=timeout_s)
+    from edgeload.measure import SAMPLE_INTERVAL_S
+
+    interval = SAMPLE_INTERVAL_S if pss_interval_s is None else pss_interval_s
+    out, peak = run_measured(list(cmd), timeout_s=timeout_s, interval_s=interval)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["peak_pss_mib"] = peak / 2**20
     return result

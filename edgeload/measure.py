@@ -120,16 +120,24 @@ def tree_cpu_seconds(pid: int | None = None) -> float:
     return total
 
 
-def run_measured(cmd: Sequence[str], *, timeout_s: float) -> tuple[str, int]:
-    """Run ``cmd`` while sampling its process tree's PSS; return (stdout, peak bytes).
+def run_measured(
+    cmd: Sequence[str], *, timeout_s: float, interval_s: float = SAMPLE_INTERVAL_S
+) -> tuple[str, int]:
+    """Run ``cmd`` while sampling its process tree's PSS every ``interval_s``; return
+    (stdout, peak bytes).
 
     Each benchmark mode runs this way, alone in a fresh process, so its memory is its own.
+    Reading a process's PSS walks its page tables under its memory-map lock, which its
+    own ``mmap``/``munmap`` then wait for: a benchmark whose figure is a model's speed
+    samples seldom (a second), so the sampling does not slow what it measures.
 
     Raises:
         RuntimeError: the command exited non-zero (its stderr went to ours).
         subprocess.TimeoutExpired: it ran past ``timeout_s`` (it is killed first).
     """
-    out, mem = run_sampled(cmd, timeout_s=timeout_s, sampler=PeakPss)
+    out, mem = run_sampled(
+        cmd, timeout_s=timeout_s, sampler=lambda pid: PeakPss(pid, interval_s=interval_s)
+    )
     return out, mem.peak_bytes
 
 
