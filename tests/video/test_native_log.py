@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent(
         out["raised"] = str(exc)
     out["level_after"] = int(level())
     out["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("edgeload-")]
-    print(json.dumps(out))
+    print("RESULT " + json.dumps(out), flush=True)
     """
 ) % {"user": USER_LINE, "secret": SECRET}
 
@@ -86,7 +86,11 @@ def _run_loader(mode: str, *paths: str, env: dict[str, str] | None = None) -> tu
         capture_output=True, text=True, timeout=120, env=child_env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+    # OpenCV prints FFmpeg's log on stdout when the user asked for it: the result is
+    # the line with its marker, wherever OpenCV's lines fall.
+    results = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert results, f"no result line in the child's stdout: {done.stdout!r}"
+    return json.loads(results[-1][len("RESULT ") :]), done.stderr
 
 
 @pytest.mark.parametrize("mode", ["continue", "raise"])
