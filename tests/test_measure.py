@@ -106,8 +106,11 @@ def test_peak_sampler_sees_a_transient_allocation():
         block = np.ones(96 << 20, np.uint8)
         time.sleep(0.1)
         del block
-    assert mem.peak_bytes - before > 80 << 20
+    # The block is anonymous memory: its own part sees nearly all of it. The whole PSS
+    # also moves with how many other processes share this one's libraries (a busy box
+    # starting other Pythons lowers it), so it gets a wider margin.
     assert mem.peak_own_bytes - own_before > 80 << 20
+    assert mem.peak_bytes - before > 48 << 20
     assert mem.samples >= 3
 
 
