@@ -97,6 +97,18 @@ def run_pytest(session: nox.Session, *default: str, env: dict[str, str] | None =
     )
 
 
+def check_stack(session: nox.Session, python: str, pins: list[str]) -> None:
+    """scripts/stack_check.py: the venv holds the versions ``pins`` name (an OpenCV wheel's
+    fourth number is its build, not OpenCV's version)."""
+    flags = {"numpy": "--numpy", "psutil": "--psutil", "torch": "--torch",
+             "opencv-python-headless": "--opencv"}  # fmt: skip
+    args = ["--python", python]
+    for pin in pins:
+        name, version = pin.split("==")
+        args += [flags[name], ".".join(version.split(".")[:3])]
+    session.run("python", "scripts/stack_check.py", "check", *args)
+
+
 # --- stacks built by nox: a venv of the stack's Python --------------------------------------
 
 JETPACK5 = [  # Ubuntu 20.04's numpy and psutil, as JetPack 5 has them; JetPack 5's OpenCV
@@ -120,10 +132,7 @@ def jetpack5(session: nox.Session, torch: str) -> None:
     install_pinned(
         session, pins, *pins, "typing-extensions", "tomli>=1.1", *TOOLS, "matplotlib>=3.5"
     )
-    session.run(
-        "python", "scripts/stack_check.py", "check", "--python", "3.8", "--numpy", "1.17.4",
-        "--opencv", "4.5.4", "--psutil", "5.5.1", "--torch", torch,
-    )  # fmt: skip
+    check_stack(session, "3.8", pins)
     if torch == "1.11.0":
         run_pytest(session)
     else:
@@ -144,10 +153,7 @@ def jetpack6(session: nox.Session) -> None:
     # 3.3 deprecates them (a warning, so an error in the suite)
     tools = [*TOOLS, "matplotlib>=3.5", "pyparsing<3.3"]
     install_pinned(session, JETPACK6, *JETPACK6, "typing-extensions", "tomli>=1.1", *tools)
-    session.run(
-        "python", "scripts/stack_check.py", "check", "--python", "3.10", "--numpy", "1.21.5",
-        "--opencv", "4.9.0", "--psutil", "5.9.0", "--torch", "2.6.0",
-    )  # fmt: skip
+    check_stack(session, "3.10", JETPACK6)
     run_pytest(session)
 
 
