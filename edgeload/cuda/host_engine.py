@@ -69,13 +69,6 @@ class HostEvent:
             raise WaitTimeout(f"host engine event not reached within {timeout_s} s")
 
 
-def _nothing() -> None:
-    """The placeholder a stream's thread holds once its last item is done."""
-
-
-_NOTHING: Callable[[], None] = _nothing
-
-
 class HostStream:
     """An in-order queue of work, run by a thread named ``edgeload-hostgpu-<name>``."""
 
@@ -118,7 +111,7 @@ class HostStream:
             # The last reference to a done item goes here, outside the lock: dropping it
             # can drop a slot's last view, whose callback takes the slot pool's lock,
             # and a producer holding that lock may be waiting to submit to this stream.
-            work = _NOTHING
+            del work
 
     def query(self) -> bool:
         """Whether everything queued has run."""
