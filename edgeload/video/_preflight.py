@@ -12,8 +12,9 @@ reader checks what can be checked cheaply, in at most the source's open timeout:
   with a status: 404 is a wrong path, 401 without credentials in the URL asks for them,
   and silence means a hung camera (401 with credentials is left to OpenCV, which does
   the digest exchange);
-- ``/dev/videoN`` and camera indices (Linux): the device node exists, and opening it
-  is neither refused (permissions) nor reported busy.
+- ``/dev/videoN`` and camera indices (Linux): the device node exists, opening it is
+  not refused (permissions), and the driver does not report its buffer queue busy
+  (another program capturing from it).
 
 A check that passes proves little (OpenCV may still fail to decode); one that fails
 names the real cause, and OpenCV never sees that URL, so its log says nothing.  Every
@@ -23,9 +24,11 @@ wait polls the reader's stop event, so ``close()`` never waits for a check.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -37,6 +40,17 @@ from ..pipeline._lifecycle import POLL_INTERVAL_S
 
 _DEFAULT_PORTS = {"rtsp": 554, "rtsps": 322, "http": 80, "https": 443}
 _MAX_REPLY = 64 * 1024  # an RTSP status line and headers fit well within this
+
+# struct v4l2_requestbuffers (linux/videodev2.h), 20 bytes: u32 count, u32 type, u32 memory,
+# u32 capabilities, u8 flags, u8 reserved[3] (older kernels have reserved words in place
+# of the last two fields: the same size, so the same ioctl number).
+_REQUESTBUFFERS = struct.Struct("=4IB3x")
+# _IOWR('V', 8, struct v4l2_requestbuffers) in the generic encoding x86 and ARM use:
+# direction read|write (3) << 30 | size << 16 | type 'V' << 8 | number 8 = 0xC0145608.
+_VIDIOC_REQBUFS = (3 << 30) | (_REQUESTBUFFERS.size << 16) | (ord("V") << 8) | 8
+_V4L2_BUF_TYPE_VIDEO_CAPTURE = 1
+_V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE = 9
+_V4L2_MEMORY_MMAP = 1
 
 
 class _Stopped(Exception):
@@ -81,19 +95,50 @@ def _device(uri: str | int) -> str | None:
             f"no such device {path!r} (cameras here: {', '.join(present) or 'none'}); "
             "check that the camera is plugged in and its number"
         )
+    busy = (
+        f"device {path!r} is busy: another program is capturing from it; close that "
+        f"program (`fuser -v {path}` names it)"
+    )
     try:
         fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.EBUSY:
-            return f"device {path!r} is busy: another program holds it; close that program"
+            return busy
         if exc.errno in (errno.EACCES, errno.EPERM):
             return (
                 f"no permission to open {path!r}; add this user to the 'video' group "
                 "(sudo usermod -aG video $USER, then log in again)"
             )
         return f"device {path!r} cannot be opened: {exc.strerror or exc}"
-    os.close(fd)
-    return None
+    try:
+        return busy if _queue_taken(fd) else None
+    finally:
+        os.close(fd)
+
+
+def _queue_taken(fd: int) -> bool:
+    """Whether another file handle owns the capture buffer queue of V4L2 device ``fd``.
+
+    A camera another program captures from still opens: V4L2 drivers refuse the second
+    handle only when it asks for the buffer queue, with EBUSY (uvcvideo's privilege
+    check, videobuf2's queue owner check, both in VIDIOC_REQBUFS).  Asking for 0 MMAP
+    buffers is safe on an idle camera: it frees this handle's buffers, which are none,
+    starts no capture and leaves no ownership behind (both drivers drop it at count 0).
+    Any other answer (ENOTTY from a node that is not V4L2, EINVAL from a node without
+    this buffer type, e.g. a metadata node) is no finding: OpenCV decides.
+    """
+    for buf_type in (_V4L2_BUF_TYPE_VIDEO_CAPTURE, _V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE):
+        request = bytearray(_REQUESTBUFFERS.pack(0, buf_type, _V4L2_MEMORY_MMAP, 0, 0))
+        try:
+            fcntl.ioctl(fd, _VIDIOC_REQBUFS, request)
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                return True
+            if exc.errno == errno.EINVAL:
+                continue  # not this buffer type: try the multi-planar one
+            return False
+        return False
+    return False
 
 
 def _network(url: str, timeout_s: float, stop: threading.Event) -> str | None:
