@@ -49,6 +49,7 @@ from .. import _args
 from ..errors import ArgumentError, ClosedError, WaitTimeout
 from ..vocabulary import GPU_MEMORY_MODES, MemoryMode
 from ._lifecycle import POLL_INTERVAL_S, Wakeups
+from ._malloc import prime_malloc
 from ._shm import SHM_DIR, HostMemory, SharedSegment, SlotRef, attach, check_shm_space
 
 if TYPE_CHECKING:  # numpy.typing arrived in numpy 1.20; JetPack 5 ships 1.17
@@ -572,6 +573,7 @@ class SlotPool:
         except TypeError as exc:
             raise ArgumentError(f"{name}: dtype {dtype!r} is not a numpy dtype ({exc})") from exc
         self.name, self.reserve = name, reserve
+        prime_malloc()  # this process's batches will not go through malloc: see _malloc
         self._core = PoolCore(name)
         self._store = store = SlotStore(
             self._core,
