@@ -346,9 +346,11 @@ class HandOver:
 
 
 _SMOOTHING = 0.3  # weight of the newest consumer interval in the running estimate
-# Converting, resizing and shipping a frame takes a few ms, more on a loaded box: a
-# batch started this much earlier is complete when the consumer asks.
-_MARGIN_S = 0.015
+# A latest frame is converted this long before the consumer is due, besides twice the
+# reader's own recent delivery time (retrieve, convert, ship: larger frames and busier
+# boards take longer): the batch is complete when the consumer asks, and no older than
+# that needs. At most half a frame interval: beyond that the frame before would do.
+_MARGIN_S = 0.003
 
 
 class Demand:
@@ -387,12 +389,13 @@ class Demand:
             return None
         return self.taken_at + self.consumer_s
 
-    def wants(self, now: float, interval_s: float) -> bool:
+    def wants(self, now: float, interval_s: float, delivery_s: float = 0.0) -> bool:
         """Whether a frame grabbed at ``now`` should be converted for the next batch.
 
         Args:
             now: when the frame was grabbed (``time.monotonic()``).
             interval_s: the stream's frame interval: its next frame comes about then.
+            delivery_s: the reader's recent time from grab to a frame in the batch.
         """
         if self.waiting:
             return True
@@ -403,4 +406,5 @@ class Demand:
             # A batch waits for the consumer: a frame now could only replace it, which
             # is worth it only once the consumer is late and that batch grows stale.
             return now >= due
-        return now >= due - interval_s - _MARGIN_S
+        margin = min(_MARGIN_S + 2 * delivery_s, interval_s / 2)
+        return now >= due - interval_s - margin

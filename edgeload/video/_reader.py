@@ -100,8 +100,11 @@ from .source import SourceState, VideoSource
 # and captured_at (as :class:`~edgeload.video.source.FrameInfo` names them: plain
 # values, no object made per frame), and returns False when the reader should stop.
 Sink = Callable[[np.ndarray, int, float, float], bool]
-# Asked after each grab with (grabbed_at, frame interval): convert this frame?
-Wants = Callable[[float, float], bool]
+# Asked after each grab with (grabbed_at, frame interval, this reader's recent time to
+# convert and hand over a frame): convert this frame?
+Wants = Callable[[float, float, float], bool]
+# Weight of the newest delivery in a reader's running estimate of its delivery time.
+_DELIVERY_SMOOTHING = 0.2
 
 _log = logging.getLogger("edgeload")
 # A streaming reader with no frame for this long may be blocked in a read.
@@ -461,6 +464,7 @@ class FrameLoop:
         self.skipped = 0  # grabbed, not wanted by the fps limit
         self.backlog = 0  # frames a fresh connection handed over late, dropped
         self.unconverted = 0  # decoded, never converted: a newer frame would ship instead
+        self.delivery_s = 0.0  # running estimate: retrieve, convert and hand over a frame
         self.fps_reported = 0.0
         self.age_from: AgeOrigin = (
             "pts" if source.network else "schedule" if source.realtime else "grab"
@@ -528,7 +532,7 @@ class FrameLoop:
                     self.backlog += 1
                 elif self._limit is not None and not self._limit.keeps(seq, now, head.rate):
                     self.skipped += 1
-                elif self._wants is not None and not self._wants(now, interval):
+                elif self._wants is not None and not self._wants(now, interval, self.delivery_s):
                     self.unconverted += 1
                 elif not self._deliver(cap, seq, now):
                     return "stop"
@@ -546,7 +550,10 @@ class FrameLoop:
             return True
         if img is not self._buf:
             self._buf = img  # first frame, or the resolution changed: a new buffer
-        return self._hand_over(cap, img, seq, now)
+        go_on = self._hand_over(cap, img, seq, now)
+        took = time.monotonic() - now
+        self.delivery_s += _DELIVERY_SMOOTHING * (took - self.delivery_s)
+        return go_on
 
     def _hand_over(self, cap: Any, img: np.ndarray, seq: int, now: float) -> bool:
         """Give a converted frame, with its info, to the sink; False: the reader stops."""

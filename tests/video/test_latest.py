@@ -93,7 +93,7 @@ def test_live_edge_drops_the_burst_then_stays_live():
     assert not stuck.is_backlog(3.5, 3.501)  # never waits: gives up after MAX_CATCH_UP_S
 
 
-def test_demand_opens_one_frame_interval_before_the_consumer_is_due():
+def test_demand_opens_one_frame_interval_and_a_margin_before_the_consumer_is_due():
     pending = [0]
     demand = Demand(lambda: pending[0])
     assert demand.wants(0.0, 1 / 30)  # no cadence yet: convert
@@ -101,7 +101,13 @@ def test_demand_opens_one_frame_interval_before_the_consumer_is_due():
     demand.asked(1.08)
     demand.taken(1.10)  # the model takes 80 ms
     assert not demand.wants(1.11, 1 / 30)
-    assert demand.wants(1.14, 1 / 30)  # due at 1.18: the next frame may be the one
+    # Due at 1.18: the window opens one interval and a margin before (3 ms and twice
+    # the reader's delivery time, at most half an interval).
+    assert demand.wants(1.145, 1 / 30)
+    assert not demand.wants(1.14, 1 / 30)
+    assert demand.wants(1.14, 1 / 30, 0.002)  # a slower reader starts earlier
+    assert not demand.wants(1.129, 1 / 30, 1.0)  # but never a whole interval earlier
+    assert demand.wants(1.131, 1 / 30, 1.0)
     pending[0] = 1
     assert not demand.wants(1.17, 1 / 30)  # a batch already waits for the consumer
     assert demand.wants(1.19, 1 / 30)  # the consumer is late: keep that batch fresh
