@@ -122,12 +122,16 @@ class StreamInfo:
 
 @dataclass(frozen=True)
 class Output:
-    """What the pipeline hands OpenCV: its size and whether a live fps limit applies."""
+    """What the pipeline hands OpenCV: its size and whether a live fps limit applies,
+    and what a software decoder may spend on it."""
 
     size: tuple[int, int] | None = None
     """The loader's ``(width, height)``; None: the stream's own size."""
     resize: str = "stretch"
     fps: float | None = None
+    threads: int = 0
+    """Threads of a software ``avdec_*`` decoder (the plan's per-stream decoder
+    threads); 0: its own choice, one per core."""
 
 
 def quote(value: str) -> str:
@@ -276,11 +280,17 @@ def _discover_ffmpeg(location: str, timeout_s: float) -> tuple[str, int, int, st
 # -- the pipeline -----------------------------------------------------------------------
 
 
-def decode_chain(codec: str, board: str, elements: Elements, *, source: str, drop: int = 0) -> str:
+def decode_chain(
+    codec: str, board: str, elements: Elements, *, source: str, drop: int = 0, threads: int = 0
+) -> str:
     """The decoder (with its parser) for ``codec`` on ``board``.
 
     ``drop`` > 1 asks a Jetson's decoder to hand over only every ``drop``-th frame
     (``drop-frame-interval``), so frames a live ``fps`` limit skips never leave it.
+    ``threads`` > 0 caps a software ``avdec_*`` decoder's threads (``max-threads``):
+    its default of one frame thread per core costs CPU per frame (threads that wait
+    for each other) and a frame of latency per extra thread, which many streams on
+    few cores do not need.
 
     Raises:
         SourceError: no decoder for ``codec`` here; names what to install.
@@ -318,7 +328,8 @@ def decode_chain(codec: str, board: str, elements: Elements, *, source: str, dro
             "backend='ffmpeg' to decode it through OpenCV's FFmpeg",
             source=source,
         )
-    return f"{parse}{parts.software}"
+    capped = threads > 0 and parts.software.startswith("avdec_")
+    return f"{parse}{parts.software}" + (f" max-threads={threads}" if capped else "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -423,7 +434,8 @@ def decode_pipeline(
         # Every drop-th frame still arrives at least at out.fps; videorate trims the rest.
         drop = int(info.fps // out.fps)
     if info.codec:
-        chain = decode_chain(info.codec, board, elements, source=location, drop=drop)
+        chain = decode_chain(info.codec, board, elements, source=location, drop=drop,
+                             threads=out.threads)  # fmt: skip
     else:
         chain = "decodebin"  # nothing could tell the codec: the decoder chosen by rank
     tail, yuv = output_chain(board, out, info, live=live)

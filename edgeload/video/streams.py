@@ -364,7 +364,8 @@ def target_for(
     return build_target(src.kind, src.value, backend=src.backend,
                         preferred=plan.decode_backend, decoder=hardware_decoder(platform),
                         rtsp_transport=src.rtsp_transport, camera=src.camera,
-                        output=Output(size=size, resize=resize, fps=src.fps))  # fmt: skip
+                        output=Output(size=size, resize=resize, fps=src.fps,
+                                      threads=plan.threads.ffmpeg))  # fmt: skip
 
 
 # A reader for this entry, gated on these events; started by the table.

@@ -103,6 +103,22 @@ def test_software_decode_hands_over_the_decoded_size_for_the_writer_to_scale(res
                              "max-buffers=2 sync=false") and yuv == "I420"  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("codec", "container", "chain"),
+    [
+        ("h264", "mp4", "h264parse ! avdec_h264 max-threads=1 ! "),
+        ("h265", "mkv", "h265parse ! avdec_h265 max-threads=1 ! "),
+        ("mjpeg", "avi", "jpegparse ! jpegdec ! "),  # one thread of its own: nothing to cap
+    ],
+)
+def test_a_software_decoder_gets_the_plans_threads(codec, container, chain):
+    pipeline, _ = decode_pipeline(
+        "file", "/v/a.bin", "software", info=StreamInfo(codec, container, 1920, 1080),
+        out=Output(size=(640, 640), threads=1), elements=has(),
+    )  # fmt: skip
+    assert chain in pipeline
+
+
 def test_a_codec_without_a_decoder_names_it_and_what_to_install():
     with pytest.raises(
         SourceError, match=r"H265.*avdec_h265.*gstreamer1.0-libav.*backend='ffmpeg'"
