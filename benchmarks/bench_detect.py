@@ -374,13 +374,18 @@ def run(args: argparse.Namespace) -> int:
     for name, rs in runs.items():
         if not rs:
             continue
-        med = statistics.median
+
+        def med(values: Any) -> float | None:  # None where a contender has no ages
+            got = [v for v in values if v == v]
+            return statistics.median(got) if got else None
+
         report["results"][name] = {
             "fps": med(r["frames"] / r["span_s"] for r in rs),
             "fps_rounds": [r["frames"] / r["span_s"] for r in rs],
             "age_p50_ms": med(percentile(r["result_ages"], 50) for r in rs),
             "age_p99_ms": med(percentile(r["result_ages"], 99) for r in rs),
-            "age_p99_ms_rounds": [percentile(r["result_ages"], 99) for r in rs],
+            "age_p99_ms_rounds": [percentile(r["result_ages"], 99) for r in rs
+                                  if r["result_ages"]],
             "handover_p50_ms": med(percentile(r["handover_ages"], 50) for r in rs),
             "handover_p99_ms": med(percentile(r["handover_ages"], 99) for r in rs),
             "cpu_ms_per_frame": med(1000 * r["cpu_s"] / max(1, r["frames"]) for r in rs),
