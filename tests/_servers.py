@@ -1,5 +1,6 @@
 """Misbehaving network peers on loopback, for the video tests: a camera that accepts and
-never answers, and an HTTP camera that freezes half-way through its stream."""
+never answers, and an HTTP camera that freezes half-way through its stream; and the
+waits those tests share."""
 
 from __future__ import annotations
 
@@ -93,6 +94,23 @@ def wait_until(condition: Any, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def first_source_error(source: Any) -> tuple[Any, float]:
+    """The SourceError a raising StreamLoader gives for ``source``, and how long it took."""
+    import pytest
+
+    from edgeload.errors import SourceError
+    from edgeload.video import StreamLoader
+
+    start = time.monotonic()
+    # timeout_s far above any open timeout: a cause must come as a SourceError, not as
+    # the loader's WorkerTimeout.
+    loader = StreamLoader([source], size=(32, 32), on_error="raise", timeout_s=30)
+    with loader, pytest.raises(SourceError) as info:
+        for _ in loader:
+            pass
+    return info.value, time.monotonic() - start
 
 
 @contextlib.contextmanager

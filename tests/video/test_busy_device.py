@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 from _fuse_device import FuseDevice, Unavailable, free_video_path
+from _servers import first_source_error
 
-from edgeload.errors import SourceError
 from edgeload.video import StreamLoader, VideoSource
 
 
@@ -41,22 +41,13 @@ def not_a_camera() -> Iterator[FuseDevice]:
     yield from _device(busy=False)
 
 
-def _first_error(source: VideoSource) -> tuple[SourceError, float]:
-    start = time.monotonic()
-    loader = StreamLoader([source], size=(32, 32), on_error="raise", timeout_s=30)
-    with loader, pytest.raises(SourceError) as info:
-        for _ in loader:
-            pass
-    return info.value, time.monotonic() - start
-
-
 def test_a_held_camera_raises_busy_naming_the_device(held_camera):
-    error, took = _first_error(VideoSource(held_camera.path))
+    error, took = first_source_error(VideoSource(held_camera.path))
     assert f"device '{held_camera.path}' is busy" in str(error)
     assert took < 15  # one ioctl; before, OpenCV's open failed with no cause
     # a camera index names the same node
     number = int(held_camera.path[len("/dev/video") :])
-    error, _ = _first_error(VideoSource(number))
+    error, _ = first_source_error(VideoSource(number))
     assert f"device '{held_camera.path}' is busy" in str(error)
 
 
@@ -77,6 +68,6 @@ def test_a_held_camera_keeps_retrying_with_busy_in_stats(held_camera):
 
 def test_a_node_that_is_not_v4l2_is_not_called_busy(not_a_camera):
     # Its VIDIOC_REQBUFS fails with ENOTTY: no finding, OpenCV tries and fails on its own.
-    error, _ = _first_error(VideoSource(not_a_camera.path))
+    error, _ = first_source_error(VideoSource(not_a_camera.path))
     assert not_a_camera.path in str(error)
     assert "busy" not in str(error)

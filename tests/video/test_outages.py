@@ -10,10 +10,9 @@ import time
 
 import pytest
 from _media import clip, media_dir
-from _servers import SilentServer
+from _servers import SilentServer, first_source_error
 from test_rtsp import RtspServer, free_port
 
-from edgeload.errors import SourceError
 from edgeload.video import StreamLoader, VideoSource
 
 # What each case should take is well under a second; the bounds are 10x that or more.
@@ -33,17 +32,6 @@ def small(tmp_path_factory):
     return clip(media_dir(tmp_path_factory), size=(160, 120), fps=30, seconds=2.0)
 
 
-def _first_error(source: VideoSource) -> tuple[SourceError, float]:
-    """The SourceError a raising loader gives for ``source``, and how long it took."""
-    start = time.monotonic()
-    # timeout_s far above the open timeout: before, this was a WorkerTimeout at 30 s.
-    loader = StreamLoader([source], size=(32, 32), on_error="raise", timeout_s=30)
-    with loader, pytest.raises(SourceError) as info:
-        for _ in loader:
-            pass
-    return info.value, time.monotonic() - start
-
-
 def _continue_stats(source: VideoSource, seconds: float) -> tuple[list[bool], dict]:
     """Batches a continuing loader gives for ``seconds`` (their valid flags), and stats."""
     valid: list[bool] = []
@@ -58,7 +46,7 @@ def _continue_stats(source: VideoSource, seconds: float) -> tuple[list[bool], di
 
 
 def test_a_closed_port_raises_its_cause_within_the_open_timeout():
-    error, took = _first_error(VideoSource(_closed_port_url(), open_timeout_s=2))
+    error, took = first_source_error(VideoSource(_closed_port_url(), open_timeout_s=2))
     assert "refused" in str(error)
     assert took < 20  # refused is immediate; before it was WorkerTimeout at timeout_s
 
@@ -74,7 +62,7 @@ def test_a_closed_port_keeps_retrying_with_its_cause_in_stats():
 def test_a_black_hole_camera_raises_within_the_open_timeout():
     with SilentServer() as camera:
         src = VideoSource(f"rtsp://127.0.0.1:{camera.port}/cam", open_timeout_s=1)
-        error, took = _first_error(src)
+        error, took = first_source_error(src)
     assert "no RTSP answer" in str(error)
     assert took < 15  # one 1 s open timeout; before it was WorkerTimeout at 30 s
 
@@ -89,7 +77,7 @@ def test_a_black_hole_camera_keeps_retrying_with_its_cause_in_stats():
 
 
 def test_a_missing_device_says_so(small):
-    error, took = _first_error(VideoSource("/dev/video987"))
+    error, took = first_source_error(VideoSource("/dev/video987"))
     assert "no such device '/dev/video987'" in str(error)
     assert took < 10
     valid, stats = _continue_stats(VideoSource("/dev/video987", backoff_s=(0.1, 0.2)), 1.0)
@@ -103,7 +91,7 @@ def test_a_wrong_path_on_a_real_camera_is_a_404(small):
     url = server.start(small)
     try:
         wrong = url.rsplit("/", 1)[0] + "/nosuchstream"
-        error, took = _first_error(VideoSource(wrong, open_timeout_s=5))
+        error, took = first_source_error(VideoSource(wrong, open_timeout_s=5))
         assert "404" in str(error) and "'/nosuchstream'" in str(error)
         assert took < 20
         # the right path still streams: the check does not get in its way
