@@ -29,7 +29,7 @@ from typing import Any, Literal, NamedTuple
 from .. import _args
 from ..errors import ArgumentError, PlatformError
 from ..vocabulary import GPU_MEMORY_MODES, DecodeBackend, MemoryMode, WorkerKind
-from .facts import Platform
+from .facts import OpenCVInfo, Platform
 from .profile import Profile, check_overrides, load_profile
 
 __all__ = [
@@ -587,13 +587,32 @@ def choose_decode_backend(
         return "gstreamer"
     if opencv is None or not opencv.gstreamer:
         have = "OpenCV is not importable" if opencv is None else "this OpenCV has no GStreamer"
-        reasons["decode"] = f"GStreamer preferred for this board, but {have}: FFmpeg"
+        reasons["decode"] = (
+            f"GStreamer preferred for this board, but {have}: FFmpeg, software decode; "
+            + _gstreamer_opencv_fix(platform.family, opencv)
+        )
         return "ffmpeg"
     reasons["decode"] = (
         f"OpenCV has GStreamer: hardware decode with {found}" if found
         else "OpenCV has GStreamer, but no hardware decoder was found: software decode"
     )  # fmt: skip
     return "gstreamer"
+
+
+def _gstreamer_opencv_fix(family: str, opencv: OpenCVInfo | None) -> str:
+    """What gives this board's Python an OpenCV with GStreamer (the board's decoders)."""
+    if opencv is not None and opencv.shadows_system:
+        # pip's wheel imported first hides the board's own build, which has GStreamer.
+        return (
+            f"pip's OpenCV ({opencv.path}) hides the board's ({opencv.system_path}): "
+            "pip uninstall opencv-python opencv-python-headless"
+        )
+    if family == "raspberry_pi":
+        return (
+            "install Pi OS's OpenCV (sudo apt install python3-opencv "
+            "gstreamer1.0-libcamera); a venv sees it when made with --system-site-packages"
+        )
+    return "use the OpenCV JetPack installs (it has GStreamer), not pip's opencv-python"
 
 
 # Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,

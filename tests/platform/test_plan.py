@@ -285,3 +285,33 @@ def test_unknown_decode_budget_says_nothing(board):
 def test_decode_budget_arguments_are_checked(name, value):
     with pytest.raises(ArgumentError, match=name):
         plan_for(streams=1, platform=probe(FIXTURES / "x86-desktop"), **{name: value})
+
+
+def _with_opencv(board: str, **facts: object) -> object:
+    """The board's tree as if probed live, with a cv2 of these build facts."""
+    from edgeload.platform.facts import OpenCVInfo
+
+    opencv = OpenCVInfo(**{"version": "4.10.0", "path": "/venv/cv2/cv2.so", "ffmpeg": True,
+                           "gstreamer": False, "cuda": False, "shadows_system": False,
+                           "system_path": None, **facts})  # fmt: skip
+    return dataclasses.replace(probe(FIXTURES / board), live=True, opencv=opencv)
+
+
+@pytest.mark.parametrize(
+    ("board", "facts", "fix"),
+    [
+        ("rpi4", {}, "sudo apt install python3-opencv gstreamer1.0-libcamera"),
+        ("jetson-orin-nano", {}, "the OpenCV JetPack installs"),
+        (
+            "jetson-orin-nano",
+            {"shadows_system": True, "system_path": "/usr/lib/python3/dist-packages/cv2"},
+            "pip's OpenCV (/venv/cv2/cv2.so) hides the board's "
+            "(/usr/lib/python3/dist-packages/cv2): pip uninstall opencv-python",
+        ),
+    ],
+)
+def test_a_board_whose_opencv_lacks_gstreamer_is_told_how_to_get_it(board, facts, fix):
+    plan = plan_for(streams=2, platform=_with_opencv(board, **facts))
+    assert plan.decode_backend == "ffmpeg"
+    assert "this OpenCV has no GStreamer: FFmpeg, software decode; " in plan.reasons["decode"]
+    assert fix in plan.reasons["decode"]

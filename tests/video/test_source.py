@@ -155,8 +155,14 @@ def test_ffmpeg_chosen_without_gstreamer_and_explicit_gstreamer_refused():
     with pytest.raises(SourceError, match=r"needs OpenCV with GStreamer.*JetPack"):
         build_target("rtsp", "rtsp://cam/x", backend="gstreamer", preferred="ffmpeg",
                      decoder="software", gstreamer=False)  # fmt: skip
-    with pytest.raises(SourceError, match="needs OpenCV with GStreamer"):
+    with pytest.raises(SourceError, match=r"needs OpenCV with GStreamer.*JetPack's OpenCV"):
         build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder="jetson",
+                     gstreamer=False)  # fmt: skip
+    # A Pi camera with pip's OpenCV (a venv's usual one): what gives it GStreamer there.
+    with pytest.raises(
+        SourceError, match=r"python3-opencv gstreamer1.0-libcamera.*--system-site-packages"
+    ):
+        build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder="rpi5",
                      gstreamer=False)  # fmt: skip
 
 
