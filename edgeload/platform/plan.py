@@ -39,6 +39,7 @@ __all__ = [
     "Threads",
     "decode_budget",
     "format_mib",
+    "gstreamer_opencv_fix",
     "plan_for",
     "slot_count",
     "tasks_in_flight",
@@ -589,7 +590,7 @@ def choose_decode_backend(
         have = "OpenCV is not importable" if opencv is None else "this OpenCV has no GStreamer"
         reasons["decode"] = (
             f"GStreamer preferred for this board, but {have}: FFmpeg, software decode; "
-            + _gstreamer_opencv_fix(platform.family, opencv)
+            + gstreamer_opencv_fix(platform.family, opencv)
         )
         return "ffmpeg"
     reasons["decode"] = (
@@ -599,8 +600,9 @@ def choose_decode_backend(
     return "gstreamer"
 
 
-def _gstreamer_opencv_fix(family: str, opencv: OpenCVInfo | None) -> str:
-    """What gives this board's Python an OpenCV with GStreamer (the board's decoders)."""
+def gstreamer_opencv_fix(family: str, opencv: OpenCVInfo | None = None) -> str:
+    """What gives a Jetson's or Pi's Python an OpenCV with GStreamer (the board's
+    decoders and cameras); ``opencv``: the imported one, when it was probed."""
     if opencv is not None and opencv.shadows_system:
         # pip's wheel imported first hides the board's own build, which has GStreamer.
         return (
@@ -608,11 +610,16 @@ def _gstreamer_opencv_fix(family: str, opencv: OpenCVInfo | None) -> str:
             "pip uninstall opencv-python opencv-python-headless"
         )
     if family == "raspberry_pi":
+        # A venv sees the system's OpenCV only with the system's packages, and pip's
+        # opencv-python there hides it.
         return (
             "install Pi OS's OpenCV (sudo apt install python3-opencv "
-            "gstreamer1.0-libcamera); a venv sees it when made with --system-site-packages"
+            "gstreamer1.0-libcamera); a venv sees it when made with --system-site-packages "
+            "and without pip's opencv-python"
         )
-    return "use the OpenCV JetPack installs (it has GStreamer), not pip's opencv-python"
+    return (
+        "use the OpenCV JetPack installs (JetPack's OpenCV has GStreamer), not pip's opencv-python"
+    )
 
 
 # Dataset tasks in flight per worker when ``prefetch_factor`` is not given: torch's 2,

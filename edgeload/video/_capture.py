@@ -315,18 +315,14 @@ def build_target(
         gstreamer = opencv_has("gstreamer")
     if (needs_gst or want == "gstreamer") and not gstreamer:
         if needs_gst or backend == "gstreamer":
-            where = (
-                # Pi OS's OpenCV has GStreamer; a venv sees it only with the system's
-                # packages, and pip's opencv-python there hides it.
-                "on a Raspberry Pi use Pi OS's OpenCV (sudo apt install python3-opencv "
-                "gstreamer1.0-libcamera; in a venv made with --system-site-packages, "
-                "pip uninstall opencv-python opencv-python-headless)"
-                if decoder in ("rpi4", "rpi5")
-                else "on a Jetson use JetPack's OpenCV (not opencv-python from pip)"
-            )
+            from ..platform.plan import gstreamer_opencv_fix
+
+            pi = decoder in ("rpi4", "rpi5")
+            fix = gstreamer_opencv_fix("raspberry_pi" if pi else "jetson")
             raise SourceError(
                 f"video source {value!r} needs OpenCV with GStreamer, and this OpenCV has "
-                f"none; {where}; elsewhere pass a file or URL and backend='ffmpeg'",
+                f"none; on a {'Raspberry Pi' if pi else 'Jetson'}, {fix}; elsewhere pass "
+                "a file or URL and backend='ffmpeg'",
                 source=value,
             )
         want = "ffmpeg"
