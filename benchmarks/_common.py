@@ -42,15 +42,13 @@ def run_child(
     Adds ``peak_pss_mib``: the peak PSS of the child's process tree, sampled every
     ``pss_interval_s`` (None: :data:`edgeload.measure.SAMPLE_INTERVAL_S`).
     """
-    from edgeload.measure import run_measured
+    from edgeload.measure import SAMPLE_INTERVAL_S, run_measured
 
     # Children run as scripts (``python benchmarks/x.py``): this tree's ``benchmarks``
     # and ``edgeload`` come first on their path, not an installed copy's.
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, paths)])
-    from edgeload.measure import SAMPLE_INTERVAL_S
-
     interval = SAMPLE_INTERVAL_S if pss_interval_s is None else pss_interval_s
     out, peak = run_measured(list(cmd), timeout_s=timeout_s, interval_s=interval)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])

@@ -195,22 +195,35 @@ def _run_ultralytics(args: argparse.Namespace, model: Any, tally: _Tally) -> Con
     return step, close, 1
 
 
-def _run_model_alone(args: argparse.Namespace, model: Any, tally: _Tally) -> Contender:
-    """The network and NMS on one fixed batch: the ceiling; a step is one batch."""
-    import numpy as np
+def _network(model: Any) -> Any:
+    """The network Ultralytics' predictor runs: its AutoBackend fuses convolutions and
+    batch norms and picks the memory format (channels-last on x86 CPUs with oneDNN)."""
     import torch
     from ultralytics.nn.autobackend import AutoBackend
-    from ultralytics.utils.nms import non_max_suppression
 
+    return AutoBackend(model.model, device=torch.device("cpu"), fuse=True, verbose=False).eval()
+
+
+def _batch_size(args: argparse.Namespace) -> tuple[int, int]:
+    """The (width, height) Ultralytics' letterbox makes of the cameras at ``imgsz``."""
     from edgeload.video import letterbox_size
 
-    net = AutoBackend(model.model, device=torch.device("cpu"), fuse=True, verbose=False).eval()
     w, h = (int(v) for v in args.size.split("x"))
-    lw, lh = letterbox_size((w, h), args.imgsz, stride=STRIDE)
+    return letterbox_size((w, h), args.imgsz, stride=STRIDE)
+
+
+def _run_model_alone(args: argparse.Namespace, model: Any, tally: _Tally) -> Contender:
+    """The network and NMS on one fixed batch: the ceiling; a step is one batch."""
+    import torch
+    from ultralytics.utils.nms import non_max_suppression
+
+    from edgeload.pipeline._malloc import prime_malloc
+
+    net = _network(model)
+    lw, lh = _batch_size(args)
     n = len(args.urls)  # the cameras run (their encoders load the box as for the others)
     frames = torch.rand(n, 3, lh, lw, generator=torch.Generator().manual_seed(0))
-    block = np.empty(32 * 1024 * 1024 - 128 * 1024, np.uint8)  # glibc primed: see _malloc
-    del block
+    prime_malloc()  # as a loader's first slot pool does
 
     def step() -> int:
         with torch.inference_mode():
@@ -225,16 +238,12 @@ def _run_edgeload(args: argparse.Namespace, model: Any, tally: _Tally) -> Conten
     """StreamLoader -> forward -> Ultralytics' NMS -> to_source: a step is one batch."""
     import clock_camera
     import torch
-    from ultralytics.nn.autobackend import AutoBackend
     from ultralytics.utils.nms import non_max_suppression
 
-    from edgeload.video import StreamLoader, letterbox_size
+    from edgeload.video import StreamLoader
 
-    # The network Ultralytics' predictor runs: its AutoBackend fuses convolutions and
-    # batch norms and picks the memory format (channels-last on x86 CPUs with oneDNN).
-    net = AutoBackend(model.model, device=torch.device("cpu"), fuse=True, verbose=False).eval()
-    w, h = (int(v) for v in args.size.split("x"))
-    loader = StreamLoader(args.urls, size=letterbox_size((w, h), args.imgsz, stride=STRIDE),
+    net = _network(model)
+    loader = StreamLoader(args.urls, size=_batch_size(args),
                           layout="NCHW", color="rgb", resize="letterbox",
                           dtype=torch.float32)  # fmt: skip
     batches = iter(loader)
@@ -328,13 +337,10 @@ def run(args: argparse.Namespace) -> int:
                              "or pass --python with an interpreter that has it")  # fmt: skip
         os.environ.update(peers.peer_env(site))
         site_note = f"ultralytics {installed['ultralytics']} from {site}"
-    from edgeload.video import letterbox_size
-
-    w, h = (int(v) for v in args.size.split("x"))
     report: dict[str, Any] = {
         "workload": f"{args.cameras} x {args.size}@30 loopback RTSP (x264 ultrafast), "
         f"{args.model} at imgsz {args.imgsz} (edgeload letterboxes to "
-        f"{'x'.join(map(str, letterbox_size((w, h), args.imgsz, stride=STRIDE)))}, as Ultralytics does); "
+        f"{'x'.join(map(str, _batch_size(args)))}, as Ultralytics does); "
         f"{args.seconds:g} s measured after {args.warmup:g} s warm-up",
         "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "peers": site_note,
         "versions": _common.versions(), "results": {},
