@@ -191,6 +191,14 @@ def bookworm(session: nox.Session) -> None:
 # --- Debian roots: scripts/_root.sh builds them (debootstrap) and tests in them (chroot) ----
 
 
+# Python, numpy, psutil, OpenCV (with GStreamer) and ffmpeg from Debian, as a board has them
+DEBIAN_STACK = (
+    "python3 python3-venv python3-pip python3-numpy python3-psutil python3-opencv"
+    " ca-certificates ffmpeg gstreamer1.0-plugins-base gstreamer1.0-plugins-good"
+    " gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-tools"
+)
+
+
 def in_root(session: nox.Session, pytest: list[str], default: list[str], **root: str) -> None:
     """`bash scripts/_root.sh test` with this stack, or build/shell when that is the argument."""
     if session.posargs[:1] in (["build"], ["shell"]):
@@ -215,12 +223,8 @@ def trixie(session: nox.Session) -> None:
         cache=str(CACHE / "edgeload-trixie"),
         suite="trixie",
         mirrors="http://deb.debian.org/debian",
-        # Python, numpy, psutil, OpenCV (with GStreamer), matplotlib, gst-rtsp-server and
-        # ffmpeg from Debian, as Raspberry Pi OS has them
-        apt="python3 python3-venv python3-pip python3-numpy python3-psutil python3-opencv"
-        " python3-matplotlib python3-gi gir1.2-gst-rtsp-server-1.0 ca-certificates ffmpeg"
-        " gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad"
-        " gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-tools",
+        # The board's stack, and matplotlib and gst-rtsp-server, as Raspberry Pi OS has them
+        apt=f"{DEBIAN_STACK} python3-matplotlib python3-gi gir1.2-gst-rtsp-server-1.0",
         pip=f"torch==2.6.0 {' '.join(TOOLS)} hatchling>=1.18",
         check="--python 3.13 --torch 2.6.0 --system-numpy --gstreamer",
         test_env=REQUIRE_ALL,
@@ -266,12 +270,7 @@ def arm64(session: nox.Session) -> None:
         arch="arm64",
         # bullseye moves to archive.debian.org when its LTS ends; the first that has it wins
         mirrors="http://deb.debian.org/debian http://archive.debian.org/debian",
-        # Python, numpy, OpenCV (with GStreamer), psutil and ffmpeg from Debian, as a board
-        # has them
-        apt="python3 python3-venv python3-pip python3-numpy python3-psutil python3-opencv"
-        " ca-certificates ffmpeg gstreamer1.0-plugins-base gstreamer1.0-plugins-good"
-        " gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav"
-        " gstreamer1.0-tools",
+        apt=DEBIAN_STACK,
         pip="torch==2.1.* pytest>=7.4,<9 pytest-timeout>=2.1 hypothesis>=6.80 tomli>=1.1"
         " hatchling>=1.18",
         wheels="tomli>=1.1",  # the install check's one missing dependency, kept offline
