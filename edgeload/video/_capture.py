@@ -86,6 +86,7 @@ from ._gstreamer import (
     has_element,
     libcamera_pipeline,
     list_pi_cameras,
+    pi_camera_output,
 )
 from ._v4l2 import (
     CameraMode,
@@ -97,7 +98,7 @@ from ._v4l2 import (
 )
 
 SourceKind = Literal["file", "rtsp", "http", "stream", "device", "csi", "pipeline"]
-Backend = Literal["gstreamer", "ffmpeg", "any"]
+Backend = Literal["gstreamer", "ffmpeg", "any", "picamera2"]
 RtspTransport = Literal["tcp", "udp"]
 LIVE_KINDS: tuple[SourceKind, ...] = ("rtsp", "http", "stream", "device", "csi", "pipeline")
 # A file whose frames have at most this many pixels decodes with one FFmpeg thread,
@@ -275,6 +276,7 @@ def build_target(
     camera: CameraRequest | None = None,
     modes: Sequence[CameraMode] | None = None,
     pi_cameras: Sequence[str] | None = None,
+    picamera2: bool | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
 
@@ -295,10 +297,12 @@ def build_target(
         modes: the camera's modes; None lists them (``v4l2-ctl``) when ``camera`` asks.
         pi_cameras: a Raspberry Pi's libcamera camera ids; None lists them (``cam -l``)
             for ``csi://N`` on a Pi.
+        picamera2: whether picamera2 is installed; None looks (``csi://N`` on a Pi).
 
     Raises:
-        SourceError: the source needs GStreamer and this OpenCV has none, its codec
-            has no decoder here, or the camera has no mode of the requested format.
+        SourceError: the source needs GStreamer and this OpenCV has none (a Pi camera:
+            nor picamera2), its codec has no decoder here, or the camera has no mode of
+            the requested format.
     """
     want = preferred if backend == "auto" else backend
     if kind == "stream":
@@ -313,14 +317,19 @@ def build_target(
     needs_gst = kind in ("csi", "pipeline")
     if gstreamer is None and (needs_gst or want == "gstreamer"):
         gstreamer = opencv_has("gstreamer")
+    if kind == "csi" and decoder in ("rpi4", "rpi5"):
+        return _pi_camera_target(int(value), board=decoder, backend=backend, output=output,
+                                 gstreamer=bool(gstreamer), elements=elements,
+                                 pi_cameras=pi_cameras, picamera2=picamera2)  # fmt: skip
     if (needs_gst or want == "gstreamer") and not gstreamer:
         if needs_gst or backend == "gstreamer":
             from ..platform.plan import gstreamer_opencv_fix
 
             pi = decoder in ("rpi4", "rpi5")
             fix = gstreamer_opencv_fix("raspberry_pi" if pi else "jetson")
+            shown = f"csi://{value}" if kind == "csi" else value
             raise SourceError(
-                f"video source {value!r} needs OpenCV with GStreamer, and this OpenCV has "
+                f"video source {shown!r} needs OpenCV with GStreamer, and this OpenCV has "
                 f"none; on a {'Raspberry Pi' if pi else 'Jetson'}, {fix}; elsewhere pass "
                 "a file or URL and backend='ffmpeg'",
                 source=value,
@@ -328,10 +337,6 @@ def build_target(
         want = "ffmpeg"
     if kind == "pipeline":
         return Target(kind, "gstreamer", str(value))
-    if kind == "csi" and decoder in ("rpi4", "rpi5"):
-        ids = list_pi_cameras() if pi_cameras is None else list(pi_cameras)
-        pipeline, yuv = libcamera_pipeline(int(value), output or Output(), cameras=ids)
-        return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
     if kind == "csi":
         pipeline, yuv = csi_pipeline(int(value), output or Output())
         return Target(kind, "gstreamer", pipeline, yuv=yuv, board=decoder, output=output)
@@ -377,6 +382,65 @@ def build_target(
                   source_size=_picture_size(info))  # fmt: skip
 
 
+def _pi_camera_target(
+    index: int,
+    *,
+    board: str,
+    backend: DecodeBackendSetting,
+    output: Output | None,
+    gstreamer: bool,
+    elements: Elements,
+    pi_cameras: Sequence[str] | None,
+    picamera2: bool | None,
+) -> Target:
+    """``csi://N`` on a Raspberry Pi: libcamera's GStreamer element where OpenCV has
+    GStreamer and the element is installed, else picamera2 (Pi OS installs it, not the
+    element) unless ``backend='gstreamer'``; else a SourceError naming what to install."""
+    source = f"csi://{index}"
+    if gstreamer and elements("libcamerasrc"):
+        ids = list_pi_cameras() if pi_cameras is None else list(pi_cameras)
+        pipeline, yuv = libcamera_pipeline(index, output or Output(), cameras=ids)
+        return Target("csi", "gstreamer", pipeline, yuv=yuv, board=board, output=output)
+    from ._picamera2 import describe, installed
+
+    if backend != "gstreamer" and (installed() if picamera2 is None else picamera2):
+        out = output or Output()
+        size, fps = pi_camera_output(out)
+        return Target("csi", "picamera2", describe(index, size, fps), index=index,
+                      board=board, output=out)  # fmt: skip
+    if backend == "gstreamer":
+        if gstreamer:
+            missing, fix = (
+                "libcamera's GStreamer element",
+                "sudo apt install gstreamer1.0-libcamera",
+            )
+        else:
+            from ..platform.plan import gstreamer_opencv_fix
+
+            missing, fix = "an OpenCV with GStreamer", gstreamer_opencv_fix("raspberry_pi")
+        raise SourceError(
+            f"video source {source!r} with backend='gstreamer' needs {missing}: {fix}; or "
+            "leave backend='auto' to read it through picamera2",
+            source=source,
+        )
+    venv = "a venv sees it when made with --system-site-packages"
+    if gstreamer:
+        raise SourceError(
+            f"video source {source!r}: a Raspberry Pi camera is read through libcamera's "
+            "GStreamer element (libcamerasrc) or picamera2, and neither is installed: sudo apt "
+            f"install gstreamer1.0-libcamera, or python3-picamera2 ({venv})",
+            source=source,
+        )
+    from ..platform.plan import gstreamer_opencv_fix
+
+    raise SourceError(
+        f"video source {source!r}: a Raspberry Pi camera is read through picamera2 or an "
+        f"OpenCV with GStreamer, and this Python has neither: sudo apt install "
+        f"python3-picamera2 ({venv}), or {gstreamer_opencv_fix('raspberry_pi')}",
+        source=source,
+    )
+
+
 def resolve(target: Target, *, timeout_s: float, elements: Elements = has_element) -> Target:
     """``target`` with its pipeline built for the codec the stream carries (RTSP through
     GStreamer, at each open); unchanged when the stream cannot be asked now.
@@ -410,6 +474,11 @@ def open_capture(
     a camera that accepts and never answers holds the lock for at most that long.
     RTSP goes over TCP unless the target asks for UDP.
     """
+    if target.backend == "picamera2":
+        from ._picamera2 import open_camera
+
+        size, fps = pi_camera_output(target.output or Output())
+        return open_camera(target.index or 0, size, fps, read_timeout_s=read_timeout_s)
     cv2 = require_cv2()
     features = capture_features()  # what this OpenCV lacks: see the module docstring
     params: list[int] = []

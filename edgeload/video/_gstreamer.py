@@ -196,6 +196,24 @@ def _gst() -> Any:
 
 Elements = Callable[[str], bool]
 
+# The boards' own elements edgeload's pipelines name (NVIDIA's Accelerated GStreamer
+# guide; Pi OS's GStreamer and libcamera packages).  Every other element they name is
+# GStreamer's own (base, good, bad, libav), which each board's distribution has.
+BOARD_ELEMENTS: dict[str, frozenset[str]] = {
+    "jetson": frozenset({"nvv4l2decoder", "nvvidconv", "nvarguscamerasrc"}),
+    "rpi4": frozenset({"v4l2h264dec", "v4l2slh265dec", "libcamerasrc"}),
+    "rpi5": frozenset({"v4l2slh265dec", "libcamerasrc"}),
+    "software": frozenset(),
+}
+
+
+def board_elements(board: str) -> Elements:
+    """Whether ``board``'s own GStreamer has an element: what a board's tree (``edgeload
+    probe --root``) is shown with, as its GStreamer cannot be asked from here."""
+    own = BOARD_ELEMENTS.get(board, frozenset())
+    others = frozenset().union(*BOARD_ELEMENTS.values()) - own
+    return lambda name: name not in others
+
 
 # -- what is in the stream --------------------------------------------------------------
 
@@ -555,17 +573,28 @@ def libcamera_pipeline(
             "libcamera-tools so `cam -l` can list them",
             source=f"csi://{index}",
         )
+    (width, height), rate = pi_camera_output(out, capture)
+    from ._v4l2 import framerate
+
+    caps = f"video/x-raw,format=I420,width={width},height={height},framerate={framerate(rate)}"
+    return f"{head} ! {caps} ! {LIVE_SINK}", "I420"
+
+
+def pi_camera_output(
+    out: Output, capture: tuple[int, int, int] = CSI_CAPTURE
+) -> tuple[tuple[int, int], float]:
+    """The size and rate a Pi camera module's ISP is asked for: the loader's size (the
+    letterbox's inner box), even on both sides, at the ``fps`` limit or ``capture``'s rate.
+
+    Both the ISP's 4:2:0 output and picamera2 need even sides: they are rounded down,
+    and the frame writer resizes the last pixel.
+    """
     w, h, rate = capture
     size = out.size or (w, h)
     if out.resize == "letterbox":
         size = letterbox_box((w, h), size)
-    # 4:2:0 needs even sides: round down, the frame writer resizes the last pixel.
-    width, height = max(2, size[0] - size[0] % 2), max(2, size[1] - size[1] % 2)
-    from ._v4l2 import framerate
-
-    fps = framerate(min(out.fps, rate) if out.fps else rate)
-    caps = f"video/x-raw,format=I420,width={width},height={height},framerate={fps}"
-    return f"{head} ! {caps} ! {LIVE_SINK}", "I420"
+    even = max(2, size[0] - size[0] % 2), max(2, size[1] - size[1] % 2)
+    return even, min(out.fps, rate) if out.fps else float(rate)
 
 
 _CAM_LIST = re.compile(r"^\s*\d+:\s.*\((\S.*)\)\s*$")

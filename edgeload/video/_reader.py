@@ -330,12 +330,13 @@ class Connection:
             with open_log(ffmpeg=self.target.backend == "ffmpeg") as said:
                 try:
                     self.target = resolve(self.target, timeout_s=src.open_timeout_s)
-                except SourceError as exc:  # no decoder for its codec: opening again won't help
+                    with self._blocking(src.open_timeout_s):
+                        cap = self._open_sized()
+                except SourceError as exc:
+                    # No decoder for its codec, no such camera: opening again won't help.
                     self.last_error = Failure.raised(exc, str(exc))
                     self.unopenable = True
                     return None
-                with self._blocking(src.open_timeout_s):
-                    cap = self._open_sized()
             if cap is not None and self.target.kind == "device":
                 self.camera_opened = opened_mode(cap)
             if cap is not None and self._guard is not None:
