@@ -60,7 +60,7 @@ from ..platform.profile import Profile
 from ..vocabulary import AUTO, MEMORY_MODES
 from ._assembler import Assembler, Sealed
 from ._capture import Target, build_target
-from ._gstreamer import Output, hardware_decoder
+from ._gstreamer import Output, board_elements, hardware_decoder
 from ._mux import FreshFrame, Mux
 from ._reader import _TRUNCATION_SLACK_FRAMES, Sink, StreamReader, Wants, seek, watchdog
 from ._resize import Color, FrameWriter, Geometry, Layout, ResizeMode
@@ -361,11 +361,18 @@ def target_for(
     src = as_source(source)
     platform = probe() if platform is None else platform
     plan = plan_for(streams=1, platform=platform) if plan is None else plan
+    decoder = hardware_decoder(platform)
+    board: dict[str, Any] = {}
+    if not getattr(platform, "live", True):
+        # A board's tree (probe --root): the board's OpenCV (with GStreamer, as its plan
+        # assumes) and elements, not this machine's; its cameras cannot be listed.
+        board = {"gstreamer": True, "elements": board_elements(decoder), "pi_cameras": [],
+                 "picamera2": False, "modes": []}  # fmt: skip
     return build_target(src.kind, src.value, backend=src.backend,
-                        preferred=plan.decode_backend, decoder=hardware_decoder(platform),
+                        preferred=plan.decode_backend, decoder=decoder,
                         rtsp_transport=src.rtsp_transport, camera=src.camera,
                         output=Output(size=size, resize=resize, fps=src.fps,
-                                      threads=plan.threads.ffmpeg))  # fmt: skip
+                                      threads=plan.threads.ffmpeg), **board)  # fmt: skip
 
 
 # A reader for this entry, gated on these events; started by the table.

@@ -92,6 +92,25 @@ def test_help_lists_commands_and_no_command_prints_help():
     assert "COMMAND" in bare.stdout
 
 
+@pytest.mark.parametrize(
+    ("board", "pipeline"),
+    [
+        ("jetson-agx-orin", "nvarguscamerasrc sensor-id=0 ! video/x-raw(memory:NVMM)"),
+        ("rpi4", "libcamerasrc ! video/x-raw,format=I420"),
+    ],
+)
+def test_probe_under_root_shows_the_boards_pipeline_not_this_machines(board, pipeline):
+    # Whatever OpenCV this machine has (pip's has no GStreamer), a board's tree is shown
+    # with the board's own OpenCV and elements.
+    out = edgeload("probe", "--root", str(FIXTURES / board), "--json", "--source", "csi://0",
+                   "--source", "rtsp://cam/x")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    csi, rtsp = json.loads(out.stdout)["sources"]
+    assert (csi["backend"], rtsp["backend"]) == ("gstreamer", "gstreamer")
+    assert csi["open_string"].startswith(pipeline)
+    assert ("nvvidconv" in rtsp["open_string"]) == board.startswith("jetson")
+
+
 def test_probe_shows_what_a_loader_would_open_for_a_source(tmp_path):
     out = edgeload("probe", "--json", "--source", "rtsp://127.0.0.1:8554/cam", "--source", "0")
     assert out.returncode == 0, out.stderr
