@@ -223,11 +223,13 @@ def trixie(session: nox.Session) -> None:
         cache=str(CACHE / "edgeload-trixie"),
         suite="trixie",
         mirrors="http://deb.debian.org/debian",
-        # The board's stack, and matplotlib and gst-rtsp-server, as Raspberry Pi OS has them
-        apt=f"{DEBIAN_STACK} python3-matplotlib python3-gi gir1.2-gst-rtsp-server-1.0",
+        # The board's stack, and matplotlib, gst-rtsp-server and libcamera's tool and
+        # GStreamer element, as Raspberry Pi OS has them (libcamera finds no camera here)
+        apt=f"{DEBIAN_STACK} python3-matplotlib python3-gi gir1.2-gst-rtsp-server-1.0"
+        " libcamera-tools gstreamer1.0-libcamera",
         pip=f"torch==2.6.0 {' '.join(TOOLS)} hatchling>=1.18",
         check="--python 3.13 --torch 2.6.0 --system-numpy --gstreamer",
-        test_env=REQUIRE_ALL,
+        test_env=f"{REQUIRE_ALL} EDGELOAD_REQUIRE_LIBCAMERA=1",
     )
 
 

@@ -125,11 +125,24 @@ def _rtsp_missing() -> str | None:
     return f"needs Debian's gst-rtsp-server for {SYSTEM_PYTHON} (scripts/_system_deps.sh)"
 
 
+def _libcamera_missing() -> str | None:
+    import shutil
+
+    from edgeload.video._gstreamer import has_element
+
+    if shutil.which("cam") and has_element("libcamerasrc"):
+        return None
+    return (
+        "needs libcamera's cam tool and GStreamer element (libcamera-tools, gstreamer1.0-libcamera)"
+    )
+
+
 # marker -> (the component's EDGELOAD_REQUIRE_<NAME>, its check: None when present, else why not)
 MARKERS = {
     "cuda": ("CUDA", _cuda_missing),
     "gstreamer": ("GSTREAMER", _gstreamer_missing),
     "rtsp": ("RTSP", _rtsp_missing),
+    "libcamera": ("LIBCAMERA", _libcamera_missing),
 }
 _checked: dict[str, str | None] = {}
 

@@ -61,7 +61,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Tuple
@@ -275,7 +275,7 @@ def build_target(
     elements: Elements = has_element,
     camera: CameraRequest | None = None,
     modes: Sequence[CameraMode] | None = None,
-    pi_cameras: Sequence[str] | None = None,
+    pi_cameras: Callable[[], list[str] | None] = list_pi_cameras,
     picamera2: bool | None = None,
 ) -> Target:
     """Choose the backend and the string OpenCV opens for a classified source.
@@ -295,8 +295,8 @@ def build_target(
         elements: whether this GStreamer has an element (tests pass a board's list).
         camera: a USB camera's requested size, rate and format.
         modes: the camera's modes; None lists them (``v4l2-ctl``) when ``camera`` asks.
-        pi_cameras: a Raspberry Pi's libcamera camera ids; None lists them (``cam -l``)
-            for ``csi://N`` on a Pi.
+        pi_cameras: lists a Raspberry Pi's libcamera camera ids (``cam -l``) for
+            ``csi://N`` on a Pi; None from it: they cannot be listed here.
         picamera2: whether picamera2 is installed; None looks (``csi://N`` on a Pi).
 
     Raises:
@@ -390,7 +390,7 @@ def _pi_camera_target(
     output: Output | None,
     gstreamer: bool,
     elements: Elements,
-    pi_cameras: Sequence[str] | None,
+    pi_cameras: Callable[[], list[str] | None],
     picamera2: bool | None,
 ) -> Target:
     """``csi://N`` on a Raspberry Pi: libcamera's GStreamer element where OpenCV has
@@ -398,8 +398,7 @@ def _pi_camera_target(
     element) unless ``backend='gstreamer'``; else a SourceError naming what to install."""
     source = f"csi://{index}"
     if gstreamer and elements("libcamerasrc"):
-        ids = list_pi_cameras() if pi_cameras is None else list(pi_cameras)
-        pipeline, yuv = libcamera_pipeline(index, output or Output(), cameras=ids)
+        pipeline, yuv = libcamera_pipeline(index, output or Output(), cameras=pi_cameras())
         return Target("csi", "gstreamer", pipeline, yuv=yuv, board=board, output=output)
     from ._picamera2 import describe, installed
 

@@ -544,7 +544,7 @@ def libcamera_pipeline(
     index: int,
     out: Output,
     *,
-    cameras: list[str],
+    cameras: list[str] | None,
     capture: tuple[int, int, int] = CSI_CAPTURE,
 ) -> tuple[str, str]:
     """A Raspberry Pi camera module (``csi://N`` on a Pi) through libcamera's GStreamer
@@ -553,24 +553,27 @@ def libcamera_pipeline(
     The Pi's ISP scales to the loader's size, so the caps ask for that size in I420 and
     nothing after the source scales or converts; the rate is asked of the sensor (an
     ``fps`` limit, else ``capture``'s), so a frame never wanted is never made.  Camera N
-    is ``cameras[N]``, libcamera's id as ``cam -l`` lists it; with no list, camera 0 is
-    libcamerasrc's default (the first camera).
+    is ``cameras[N]``, libcamera's id as ``cam -l`` lists it; where they cannot be
+    listed (None), camera 0 is libcamerasrc's default (the first camera).
 
     Raises:
-        SourceError: camera N does not exist, or N > 0 and the cameras cannot be listed.
+        SourceError: camera N is not listed, or N > 0 and the cameras cannot be listed.
     """
     from ..errors import SourceError
 
-    if index < len(cameras):
+    if cameras is not None and index < len(cameras):
         head = f"libcamerasrc camera-name={quote(cameras[index])}"
-    elif index == 0 and not cameras:
+    elif index == 0 and cameras is None:
         head = "libcamerasrc"
     else:
-        have = ", ".join(f"{i}: {name}" for i, name in enumerate(cameras)) or "none listed"
+        have = (
+            "they cannot be listed: install libcamera-tools for `cam -l`"
+            if cameras is None
+            else "cameras: " + (", ".join(f"{i}: {c}" for i, c in enumerate(cameras)) or "none")
+        )
         raise SourceError(
-            f"video source 'csi://{index}': no Raspberry Pi camera {index} (cameras: {have}); "
-            "check the ribbon cable and `rpicam-hello --list-cameras`, or install "
-            "libcamera-tools so `cam -l` can list them",
+            f"video source 'csi://{index}': no Raspberry Pi camera {index} ({have}); check "
+            "the ribbon cable and `rpicam-hello --list-cameras`",
             source=f"csi://{index}",
         )
     (width, height), rate = pi_camera_output(out, capture)
@@ -606,14 +609,15 @@ def parse_cam_list(text: str) -> list[str]:
     return [m.group(1) for m in map(_CAM_LIST.match, text.splitlines()) if m]
 
 
-def list_pi_cameras(*, timeout_s: float = 5.0) -> list[str]:
-    """The Pi's camera ids from ``cam -l``; empty where the tool is missing or fails."""
+def list_pi_cameras(*, timeout_s: float = 5.0) -> list[str] | None:
+    """The Pi's camera ids from ``cam -l`` (empty: libcamera found none); None where the
+    tool is missing or fails."""
     tool = shutil.which("cam")
     if tool is None:
-        return []
+        return None
     try:
         done = subprocess.run([tool, "-l"], capture_output=True, text=True,
                               timeout=timeout_s, check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return parse_cam_list(done.stdout) if done.returncode == 0 else []
+        return None
+    return parse_cam_list(done.stdout) if done.returncode == 0 else None

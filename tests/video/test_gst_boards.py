@@ -213,7 +213,7 @@ def test_the_pi_camera_pipeline_sets_only_what_libcamerasrc_has(board):
     target = build_target(
         "csi", 1, backend="auto", preferred="gstreamer", decoder=board, gstreamer=True,
         output=Output(size=(640, 640)), elements=elements.__contains__,
-        pi_cameras=["/base/soc/i2c0mux/i2c@0/imx708@1a", "/base/soc/i2c0mux/i2c@1/imx219@10"],
+        pi_cameras=lambda: ["/base/soc/i2c0mux/i2c@0/imx708@1a", "/base/soc/i2c0mux/i2c@1/imx219@10"],
     )  # fmt: skip
     assert target.open_string.startswith('libcamerasrc camera-name="/base/soc/i2c0mux/i2c@1/')
     assert check_against_board(target.open_string, frozenset(elements)) == []

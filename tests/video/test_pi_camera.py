@@ -35,7 +35,7 @@ def _target(
     index, board, cameras, out, *, gstreamer=True, element=True, picamera2=False, backend="auto"
 ):
     return build_target("csi", str(index), backend=backend, preferred="gstreamer",
-                        decoder=board, gstreamer=gstreamer, output=out, pi_cameras=cameras,
+                        decoder=board, gstreamer=gstreamer, output=out, pi_cameras=lambda: cameras,
                         elements={"libcamerasrc"}.__contains__ if element else lambda name: False,
                         picamera2=picamera2)  # fmt: skip
 
@@ -73,10 +73,12 @@ def test_a_jetson_keeps_nvarguscamerasrc():
 def test_a_camera_that_does_not_exist_names_the_cameras_there_are():
     with pytest.raises(SourceError, match=r"no Raspberry Pi camera 1 \(cameras: 0: /base"):
         _target(1, "rpi4", [PI_ID], Output())
-    with pytest.raises(SourceError, match="none listed"):
-        _target(1, "rpi4", [], Output())
-    # camera 0 without a list: libcamerasrc's default camera
-    assert _target(0, "rpi4", [], Output()).open_string.startswith("libcamerasrc ! ")
+    with pytest.raises(SourceError, match=r"no Raspberry Pi camera 0 \(cameras: none\)"):
+        _target(0, "rpi4", [], Output())  # `cam -l` ran and libcamera found none
+    with pytest.raises(SourceError, match="cannot be listed: install libcamera-tools"):
+        _target(1, "rpi4", None, Output())
+    # camera 0 where they cannot be listed: libcamerasrc's default camera
+    assert _target(0, "rpi4", None, Output()).open_string.startswith("libcamerasrc ! ")
 
 
 @pytest.mark.parametrize(
@@ -124,6 +126,16 @@ def test_with_neither_route_the_error_says_what_to_install(gstreamer, backend, m
     with pytest.raises(SourceError, match=match):
         _target(0, "rpi5", [PI_ID], Output(), gstreamer=gstreamer, element=False,
                 picamera2=backend == "gstreamer", backend=backend)  # fmt: skip
+
+
+@pytest.mark.libcamera
+def test_libcamera_finding_no_camera_is_a_source_error_at_once():
+    # Debian trixie's libcamera, for real: its `cam -l` and libcamerasrc (the trixie
+    # session). This machine has no camera (and no DMA heap for libcamera's virtual
+    # one), so libcamera lists none: csi://0 fails now, not in endless reopens.
+    with pytest.raises(SourceError, match=r"'csi://0': no Raspberry Pi camera 0 \(cameras: none\)"):
+        build_target("csi", "0", backend="auto", preferred="gstreamer", decoder="rpi5",
+                     gstreamer=True, output=Output(size=(640, 640)))  # fmt: skip
 
 
 @pytest.mark.skipif(

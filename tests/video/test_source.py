@@ -142,7 +142,7 @@ def test_gstreamer_pipelines_per_board(family, soc, decoder, element):
     assert rtsp.open_string.endswith("appsink drop=true max-buffers=1 sync=false")
     assert "protocols=tcp" in rtsp.open_string
     csi = build_target("csi", "0", backend="auto", preferred="ffmpeg", decoder=decoder,
-                       gstreamer=True, pi_cameras=[], elements=lambda name: True)  # fmt: skip
+                       gstreamer=True, pi_cameras=lambda: None, elements=lambda name: True)  # fmt: skip
     # A Pi's camera module is libcamera's; Argus is Jetson's (and x86 has no CSI of its own).
     pi = decoder in ("rpi4", "rpi5")
     assert ("libcamerasrc" if pi else "nvarguscamerasrc sensor-id=0") in csi.open_string
