@@ -135,7 +135,8 @@ class Target:
     open_string: str
     """The path, URL or GStreamer pipeline passed to ``cv2.VideoCapture``."""
     index: int | None = None
-    """The camera index for ``kind == "device"`` opened by index."""
+    """The camera index for ``kind == "device"`` opened by index, and a Pi camera read
+    through picamera2 (backend ``picamera2``)."""
     rtsp_transport: RtspTransport | None = None
     """RTSP only: ``tcp`` or ``udp`` as the source asked; None: TCP unless the
     ``OPENCV_FFMPEG_CAPTURE_OPTIONS`` environment variable names another."""

@@ -366,8 +366,8 @@ def target_for(
     if not getattr(platform, "live", True):
         # A board's tree (probe --root): the board's OpenCV (with GStreamer, as its plan
         # assumes) and elements, not this machine's; its cameras cannot be listed.
-        board = {"gstreamer": True, "elements": board_elements(decoder), "pi_cameras": lambda: None,
-                 "picamera2": False, "modes": []}  # fmt: skip
+        board = {"gstreamer": True, "elements": board_elements(decoder),
+                 "pi_cameras": lambda: None, "picamera2": False, "modes": []}  # fmt: skip
     return build_target(src.kind, src.value, backend=src.backend,
                         preferred=plan.decode_backend, decoder=decoder,
                         rtsp_transport=src.rtsp_transport, camera=src.camera,
