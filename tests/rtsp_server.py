@@ -5,7 +5,8 @@ Run with Debian's Python, which has the GObject bindings::
     /usr/bin/python3 tests/rtsp_server.py --port 8554 --file clip.mp4
 
 The MP4's H.264 is copied once (ffmpeg, no re-encode) into an Annex B stream, which
-``multifilesrc loop=true`` replays forever at the given frame rate.  Prints
+``multifilesrc loop=true`` replays forever at the given frame rate.  ``--codec mjpeg``
+serves a live test pattern through ``jpegenc`` instead (an MJPEG IP camera's RTP).  Prints
 ``READY rtsp://127.0.0.1:PORT/stream`` once it listens; stops on SIGTERM or SIGINT.
 """
 
@@ -46,17 +47,25 @@ def main() -> int:
     parser.add_argument("--file", type=Path, required=True, help="an H.264 MP4")
     parser.add_argument("--fps", type=int, default=30)
     parser.add_argument("--path", default="/stream")
-    parser.add_argument("--codec", choices=("h264", "h265"), default="h264")
+    parser.add_argument("--codec", choices=("h264", "h265", "mjpeg"), default="h264")
     args = parser.parse_args()
     Gst.init(None)
     with tempfile.TemporaryDirectory(prefix="edgeload-rtsp-") as tmp:
-        raw = annexb(args.file, Path(tmp), args.codec)
         c = args.codec
-        launch = (
-            f'( multifilesrc location="{raw}" loop=true '
-            f'caps="video/x-{c},stream-format=byte-stream,framerate={args.fps}/1" ! '
-            f"{c}parse config-interval=-1 ! rtp{c}pay name=pay0 pt=96 config-interval=1 )"
-        )
+        if c == "mjpeg":
+            # RTP carries 4:2:0 and 4:2:2 JPEG only (RFC 2435): the encoder is given I420.
+            launch = (
+                "( videotestsrc is-live=true pattern=ball ! "
+                f"video/x-raw,format=I420,width=160,height=120,framerate={args.fps}/1 ! jpegenc ! "
+                "rtpjpegpay name=pay0 pt=26 )"
+            )
+        else:
+            raw = annexb(args.file, Path(tmp), c)
+            launch = (
+                f'( multifilesrc location="{raw}" loop=true '
+                f'caps="video/x-{c},stream-format=byte-stream,framerate={args.fps}/1" ! '
+                f"{c}parse config-interval=-1 ! rtp{c}pay name=pay0 pt=96 config-interval=1 )"
+            )
         server = GstRtspServer.RTSPServer()
         server.set_address("127.0.0.1")
         server.set_service(str(args.port))

@@ -154,11 +154,16 @@ def test_scaled_by_the_writer_as_the_ffmpeg_path_scales(tmp_path_factory, resize
 
 
 @pytest.mark.rtsp
-def test_h265_rtsp_through_its_depayloader(tmp_path_factory):
+@pytest.mark.parametrize(
+    ("codec", "chain"),
+    [("h265", "rtph265depay ! h265parse ! avdec_h265"),
+     ("mjpeg", "rtpjpegdepay ! jpegparse ! jpegdec")],  # an MJPEG IP camera
+)  # fmt: skip
+def test_h265_and_mjpeg_rtsp_through_their_depayloaders(tmp_path_factory, codec, chain):
     from test_rtsp import RtspServer, free_port
 
     path = encoded(media_dir(tmp_path_factory), "h265", "mp4", frames=60)
-    server = RtspServer(free_port(), codec="h265")
+    server = RtspServer(free_port(), codec=codec)
     try:
         url = server.start(path)
         source = VideoSource(url, backend="gstreamer")
@@ -169,8 +174,7 @@ def test_h265_rtsp_through_its_depayloader(tmp_path_factory):
         server.stop()
     # The codec's own chain where discovery named the codec at open; Debian trixie's
     # GStreamer 1.26 once could not tell it within the open timeout, and decodebin, the
-    # fallback, then chose the decoder by rank: H.265 frames arrive either way.
-    chain = "rtph265depay ! h265parse ! avdec_h265"
+    # fallback, then chose the decoder by rank: the frames arrive either way.
     assert chain in stats["pipeline"] or " ! decodebin ! " in stats["pipeline"], stats
     assert all(tuple(b.frames.shape) == (1, 60, 80, 3) and bool(b.valid[0]) for b in batches)
 
