@@ -340,8 +340,13 @@ class Channel:
             BrokenPipeError, ConnectionResetError: the other end is gone.
         """
         data = ForkingPickler.dumps(obj)
-        self._out += _HEADER.pack(len(data))
-        self._out += data
+        try:
+            self._out += _HEADER.pack(len(data))
+            self._out += data
+        finally:
+            # A view of the pickler's BytesIO: one kept past here (by a traceback of a
+            # failed flush) makes that BytesIO's close at collection raise BufferError.
+            data.release()
         self.flush()
 
     def flush(self) -> bool:

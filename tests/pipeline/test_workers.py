@@ -425,3 +425,32 @@ def test_a_worker_that_stops_half_way_through_a_result_makes_get_raise_naming_it
             assert time.monotonic() - t0 < 15.0  # recv never blocks on the partial message
         finally:
             os.kill(victim, signal.SIGCONT)
+
+
+def test_a_message_to_a_gone_worker_leaves_nothing_for_the_collector_to_report():
+    # Internal: the process channel itself. A pickled message is a view of a BytesIO; a
+    # failed send's traceback kept in a cycle made that BytesIO's close raise BufferError
+    # when the collector freed it (Python 3.13, Pi OS Trixie's: the trixie session).
+    import gc
+    import multiprocessing
+
+    from edgeload.pipeline._processes import Channel
+
+    here, there = multiprocessing.Pipe(duplex=True)
+    there.close()
+    channel = Channel(here)
+    seen: list[BaseException | None] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(u.exc_value)
+    try:
+        try:
+            channel.put(list(range(1000)))
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            channel.kept = exc  # type: ignore[attr-defined]  # channel -> exc -> its frame -> channel
+        else:
+            pytest.fail("a send to a closed pipe did not fail")
+        del channel
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+        here.close()
+    assert seen == []
