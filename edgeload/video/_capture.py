@@ -408,16 +408,13 @@ def _pi_camera_target(
         size, fps = pi_camera_output(out)
         return Target("csi", "picamera2", describe(index, size, fps), index=index,
                       board=board, output=out)  # fmt: skip
-    if backend == "gstreamer":
-        if gstreamer:
-            missing, fix = (
-                "libcamera's GStreamer element",
-                "sudo apt install gstreamer1.0-libcamera",
-            )
-        else:
-            from ..platform.plan import gstreamer_opencv_fix
+    if gstreamer:
+        missing, fix = "libcamera's GStreamer element", "sudo apt install gstreamer1.0-libcamera"
+    else:
+        from ..platform.plan import gstreamer_opencv_fix
 
-            missing, fix = "an OpenCV with GStreamer", gstreamer_opencv_fix("raspberry_pi")
+        missing, fix = "an OpenCV with GStreamer", gstreamer_opencv_fix("raspberry_pi")
+    if backend == "gstreamer":
         raise SourceError(
             f"video source {source!r} with backend='gstreamer' needs {missing}: {fix}; or "
             "leave backend='auto' to read it through picamera2",
@@ -427,16 +424,14 @@ def _pi_camera_target(
     if gstreamer:
         raise SourceError(
             f"video source {source!r}: a Raspberry Pi camera is read through libcamera's "
-            "GStreamer element (libcamerasrc) or picamera2, and neither is installed: sudo apt "
-            f"install gstreamer1.0-libcamera, or python3-picamera2 ({venv})",
+            f"GStreamer element (libcamerasrc) or picamera2, and neither is installed: {fix}, "
+            f"or python3-picamera2 ({venv})",
             source=source,
         )
-    from ..platform.plan import gstreamer_opencv_fix
-
     raise SourceError(
-        f"video source {source!r}: a Raspberry Pi camera is read through picamera2 or an "
-        f"OpenCV with GStreamer, and this Python has neither: sudo apt install "
-        f"python3-picamera2 ({venv}), or {gstreamer_opencv_fix('raspberry_pi')}",
+        f"video source {source!r}: a Raspberry Pi camera is read through picamera2 or "
+        f"{missing}, and this Python has neither: sudo apt install python3-picamera2 "
+        f"({venv}), or {fix}",
         source=source,
     )
 
