@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import logging
 import multiprocessing
 import os
 import pickle
@@ -429,6 +430,9 @@ def wait_ready(
 INIT_INDEX = -1
 """The task index a failed ``init_fn`` reports under."""
 
+STARTED_INDEX = -2
+"""The index of the message a worker sends once it runs, before ``init_fn``."""
+
 
 Message = Tuple[int, int, bool, Any]
 """``(task index, worker id, ok, value or Failure)``, from worker to consumer."""
@@ -512,6 +516,10 @@ def process_main(
     channel = Channel(conn)
     queued: collections.deque[tuple[int, Any]] = collections.deque()
     try:
+        try:  # for the parent's start watch (see ProcessExecutor)
+            channel.put((STARTED_INDEX, wid, True, None))
+        except (BrokenPipeError, ConnectionResetError):
+            return
         if init_fn is not None:
             out = run_task(init_fn, INIT_INDEX, wid, info, pickled=True)
             if not out[2]:
@@ -536,6 +544,25 @@ def process_main(
 _MIB = 1 << 20
 # After the join timeout, SIGTERM and then SIGKILL each get this long to take effect.
 _KILL_WAIT_S = 0.5
+# A forked worker imports nothing before its first message, so it sends it within a
+# second even under emulation. One still silent after this long is stuck on a lock
+# another thread of the parent held at the fork, and will never run: it is killed and
+# forked again, a few times, then reported. (glibc 2.31, as on JetPack 5, leaves the
+# child the dynamic loader's lock that a thread ending at that moment held.)
+FORK_START_TIMEOUT_S = 30.0
+_FORK_START_ATTEMPTS = 3
+
+_log = logging.getLogger("edgeload")
+
+
+@dataclasses.dataclass
+class _Starting:
+    """A worker whose first message has not been read: when it was started (which
+    attempt), and the tasks sent to it, to send again to the process that replaces it."""
+
+    since: float
+    attempt: int = 1
+    tasks: list[tuple[int, Any]] = dataclasses.field(default_factory=list)
 
 
 def _exit_text(exitcode: int | None) -> str:
@@ -548,6 +575,42 @@ def _exit_text(exitcode: int | None) -> str:
             sig = f"signal {-exitcode}"
         return f"was killed by {sig} (exit code {exitcode})"
     return f"exited with code {exitcode}"
+
+
+@dataclasses.dataclass
+class _Launcher:
+    """How a pool's worker processes start: each at first, and one again that never ran."""
+
+    ctx: Any
+    payload: Any
+    threads_per_worker: int
+    name: str
+    start_method: str
+
+    def launch(self, info: Any) -> tuple[Channel, Any]:
+        """Start the worker process for ``info``; its channel and process.
+
+        Raises:
+            Exception: the process did not start (nothing is left open then).
+        """
+        parent_conn, child_conn = self.ctx.Pipe(duplex=True)
+        fields = {k: v for k, v in vars(info).items() if k != "stop_event"}
+        proc = self.ctx.Process(
+            target=process_main,
+            args=(child_conn, self.payload, fields, self.threads_per_worker),
+            name=thread_name(self.name, info.id),
+            daemon=True,
+        )
+        # forkserver children inherit the server's environment: the first pool's cap.
+        try:
+            with thread_env(self.threads_per_worker):
+                proc.start()
+        except BaseException:
+            parent_conn.close()
+            child_conn.close()
+            raise
+        child_conn.close()
+        return Channel(parent_conn), proc
 
 
 def start_processes(
@@ -570,25 +633,15 @@ def start_processes(
         # this fails, Process pickles them then (and reports anything else).
         with contextlib.suppress(Exception):
             payload = pickle.dumps(payload)
-    ctx = multiprocessing.get_context(start_method)
+    launcher = _Launcher(
+        multiprocessing.get_context(start_method), payload, threads_per_worker, name, start_method
+    )
     channels: list[Channel] = []
     procs: list[Any] = []
     for info in infos:
-        parent_conn, child_conn = ctx.Pipe(duplex=True)
-        fields = {k: v for k, v in vars(info).items() if k != "stop_event"}
-        proc = ctx.Process(  # type: ignore[attr-defined]
-            target=process_main,
-            args=(child_conn, payload, fields, threads_per_worker),
-            name=thread_name(name, info.id),
-            daemon=True,
-        )
-        # forkserver children inherit the server's environment: the first pool's cap.
         try:
-            with thread_env(threads_per_worker):
-                proc.start()
+            channel, proc = launcher.launch(info)
         except Exception as exc:
-            parent_conn.close()
-            child_conn.close()
             _stop(channels, procs, 0.0)
             raise ArgumentError(
                 f"{name}: {start_method} process workers need a picklable fn and init_fn "
@@ -596,10 +649,9 @@ def start_processes(
                 f"{init_fn!r}: {type(exc).__name__}: {exc}; define them at module "
                 "level, start with 'fork' (Linux), or use kind='thread'"
             ) from exc
-        child_conn.close()
-        channels.append(Channel(parent_conn))
+        channels.append(channel)
         procs.append(proc)
-    return ProcessExecutor(channels, procs)
+    return ProcessExecutor(channels, procs, launcher=launcher, infos=infos)
 
 
 def _death(wid: int, proc: Any) -> WorkerError:
@@ -658,15 +710,27 @@ class ProcessExecutor:
     """Worker processes, each with a non-blocking duplex channel: tasks in, results out.
 
     The channels and the process sentinels are polled together, so a worker killed by
-    a signal is noticed at once.
+    a signal is noticed at once. Each worker's first message says it runs; a forked one
+    that has not sent it within ``FORK_START_TIMEOUT_S`` is forked again, and gets the
+    tasks its stuck predecessor was sent.
     """
 
-    def __init__(self, channels: list[Channel], procs: list[Any]) -> None:
+    def __init__(
+        self,
+        channels: list[Channel],
+        procs: list[Any],
+        *,
+        launcher: _Launcher | None = None,
+        infos: list[Any] | None = None,
+    ) -> None:
         self.channels, self.procs = channels, procs
         self.dead: WorkerError | None = None
         self.dead_wid = -1
         self._ready: collections.deque[Message] = collections.deque()
         self._unsent_since: dict[int, float] = {}
+        self._launcher, self._infos = launcher, infos or []
+        now = time.monotonic()
+        self._starting = {wid: _Starting(now) for wid in range(len(procs))}
 
     def send(self, wid: int, index: int, task: Any) -> None:
         """Queue a task for worker ``wid``; never blocks (see the module docstring)."""
@@ -677,6 +741,9 @@ class ProcessExecutor:
         except (BrokenPipeError, ConnectionResetError):
             self._died(wid)
         self._note_unsent(wid)
+        starting = self._starting.get(wid)
+        if starting is not None:
+            starting.tasks.append((index, task))
 
     def _note_unsent(self, wid: int) -> None:
         if self.channels[wid].unsent:
@@ -710,7 +777,62 @@ class ProcessExecutor:
                 self._read(sentinels[fd])
                 if not self._ready:
                     self._died(sentinels[fd])
+        if self._starting and self._launcher is not None:
+            self._watch_starts()
         return self._ready.popleft() if self._ready else None
+
+    def _watch_starts(self) -> None:
+        """Fork again each forked worker silent for ``FORK_START_TIMEOUT_S`` (see there)."""
+        if self._launcher is None or self._launcher.start_method != "fork":
+            return  # spawned workers import the dataset first: no bound fits them all
+        now = time.monotonic()
+        for wid, starting in list(self._starting.items()):
+            if now - starting.since < FORK_START_TIMEOUT_S or not self.procs[wid].is_alive():
+                continue  # a worker that died is reported through its sentinel
+            self._read(wid)  # its first message may have come in the meantime
+            if wid in self._starting:
+                self._fork_again(wid, starting)
+
+    def _fork_again(self, wid: int, starting: _Starting) -> None:
+        assert self._launcher is not None
+        old = self.procs[wid]
+        pid, waited = old.pid, time.monotonic() - starting.since
+        what = (
+            f"worker process {wid} (pid {pid}) was forked {waited:.0f} s ago and has "
+            "not started: it is stuck on a lock another thread of this process held at "
+            "the fork"
+        )
+        fix = (
+            "start workers with multiprocessing_context='forkserver' or 'spawn' in a "
+            "program with threads, or fork before starting threads"
+        )
+        old.kill()
+        old.join(_KILL_WAIT_S)
+        if starting.attempt >= _FORK_START_ATTEMPTS:
+            self.dead_wid = wid
+            self.dead = WorkerError(
+                f"{what}, as each of its {starting.attempt} forks was; {fix}",
+                worker=f"pid {pid}",
+            )
+            raise self.dead
+        _log.warning("edgeload: %s; it was killed and forked again. To avoid it: %s", what, fix)
+        try:
+            channel, proc = self._launcher.launch(self._infos[wid])
+        except Exception as exc:
+            self.dead_wid = wid
+            self.dead = WorkerError(
+                f"{what}; forking it again failed: {type(exc).__name__}: {exc}",
+                worker=f"pid {pid}",
+            )
+            raise self.dead from exc
+        self.channels[wid].close()
+        self.channels[wid], self.procs[wid] = channel, proc
+        if not old.is_alive():
+            old.close()
+        self._unsent_since.pop(wid, None)
+        self._starting[wid] = _Starting(time.monotonic(), starting.attempt + 1)
+        for index, task in starting.tasks:
+            self.send(wid, index, task)
 
     def _flush(self, wid: int) -> None:
         try:
@@ -724,6 +846,9 @@ class ProcessExecutor:
         for msg in channel.take():
             if isinstance(msg, Undecodable):
                 self._undecodable(wid, msg.exc)
+            if msg[0] == STARTED_INDEX:
+                self._starting.pop(wid, None)
+                continue
             self._ready.append(msg)
         if channel.eof and not self._ready:
             self._died(wid)
@@ -752,6 +877,12 @@ class ProcessExecutor:
     def stall(self, wid: int) -> str:
         """Why worker ``wid`` may be stuck on its pipe, for a timeout message ("" if not)."""
         channel = self.channels[wid]
+        starting = self._starting.get(wid)
+        if starting is not None:
+            return (
+                f"; it has not started {time.monotonic() - starting.since:.1f} s after its "
+                "process was started"
+            )
         if wid in self._unsent_since:
             waited = time.monotonic() - self._unsent_since[wid]
             return (

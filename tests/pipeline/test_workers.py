@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -327,6 +328,75 @@ def test_explicit_start_methods_work(start_method):
         pool.submit(3)
         assert pool.get(timeout_s=20).value == (9, 0, "process")
     assert current_worker() is None
+
+
+# Held by a thread of this process while a pool forks: each child gets it held by a
+# thread it does not have, as a child forked while another thread was inside glibc 2.31's
+# dynamic loader gets that loader's lock.
+_HELD_AT_FORK = threading.Lock()
+
+
+@pytest.fixture
+def fork_behind_a_held_lock(monkeypatch):
+    """Forked workers block on ``_HELD_AT_FORK`` before they run; returns the Event that
+    makes the holder let go (later forks then start)."""
+    from edgeload.pipeline import _processes
+
+    monkeypatch.setattr(_processes, "FORK_START_TIMEOUT_S", 1.5)
+    cap_threads = _processes.limit_library_threads
+
+    def start_behind_the_lock(num_threads: int) -> None:
+        with _HELD_AT_FORK:
+            cap_threads(num_threads)
+
+    monkeypatch.setattr(_processes, "limit_library_threads", start_behind_the_lock)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _HELD_AT_FORK:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(10)
+    yield release
+    release.set()
+    holder.join(10)
+
+
+def test_a_forked_worker_stuck_before_it_runs_is_forked_again_with_its_tasks(
+    fork_behind_a_held_lock, caplog
+):
+    with WorkerPool(
+        square, kind="process", num_workers=2, start_method="fork", timeout_s=60
+    ) as pool:
+        stuck = pool.pids
+        fork_behind_a_held_lock.set()
+        indices = [pool.submit(x) for x in range(6)]
+        results = {r.index: r.value[0] for r in (pool.get() for _ in indices)}
+        assert results == {i: x * x for i, x in zip(indices, range(6))}
+        assert set(pool.pids).isdisjoint(stuck)
+    assert not [pid for pid in stuck if psutil.pid_exists(pid)]  # killed and reaped
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2, warned
+    for pid in stuck:
+        assert any(
+            f"(pid {pid}) was forked" in text
+            and "stuck on a lock another thread of this process held at the fork" in text
+            and "multiprocessing_context='forkserver'" in text
+            for text in warned
+        ), warned
+
+
+def test_a_worker_whose_every_fork_is_stuck_is_an_error_not_a_hang(fork_behind_a_held_lock):
+    with WorkerPool(square, kind="process", start_method="fork") as pool:
+        pool.submit(2)
+        with pytest.raises(WorkerError, match=r"as each of its 3 forks was; .*'spawn'") as info:
+            pool.get(timeout_s=None)
+        pids = pool.pids
+    assert info.value.index == 0  # the task it took with it is named
+    assert not [pid for pid in pids if psutil.pid_exists(pid)]
 
 
 def os_threads(_: object) -> int:
