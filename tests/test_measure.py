@@ -21,12 +21,14 @@ from edgeload.measure import (
 
 
 def test_pss_counts_a_child_process():
-    alone = tree_pss_bytes()
     code = "import numpy as np, time; a = np.ones(64 << 20, np.uint8); print(1, flush=True); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"1"
+        # This process's own PSS read at the same moment, not before the child started:
+        # a busy test process frees or takes a few MiB in between.
         with_child = tree_pss_bytes()
+        alone = smaps_pss()["Pss"]
         assert with_child - alone > 60 << 20  # the child's 64 MiB of touched pages
     finally:
         child.kill()
