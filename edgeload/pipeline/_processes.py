@@ -558,7 +558,8 @@ _log = logging.getLogger("edgeload")
 @dataclasses.dataclass
 class _Starting:
     """A worker whose first message has not been read: when it was started (which
-    attempt), and the tasks sent to it, to send again to the process that replaces it."""
+    attempt), and, for a forked one, the tasks sent to it, to send again to the process
+    that replaces it."""
 
     since: float
     attempt: int = 1
@@ -728,7 +729,12 @@ class ProcessExecutor:
         self.dead_wid = -1
         self._ready: collections.deque[Message] = collections.deque()
         self._unsent_since: dict[int, float] = {}
-        self._launcher, self._infos = launcher, infos or []
+        # Only forked workers are watched as they start (see FORK_START_TIMEOUT_S):
+        # spawned ones import the dataset first, and no bound fits every dataset.
+        self._refork = (
+            launcher if launcher is not None and launcher.start_method == "fork" else None
+        )
+        self._infos = infos or []
         now = time.monotonic()
         self._starting = {wid: _Starting(now) for wid in range(len(procs))}
 
@@ -742,7 +748,7 @@ class ProcessExecutor:
             self._died(wid)
         self._note_unsent(wid)
         starting = self._starting.get(wid)
-        if starting is not None:
+        if starting is not None and self._refork is not None:
             starting.tasks.append((index, task))
 
     def _note_unsent(self, wid: int) -> None:
@@ -777,24 +783,21 @@ class ProcessExecutor:
                 self._read(sentinels[fd])
                 if not self._ready:
                     self._died(sentinels[fd])
-        if self._starting and self._launcher is not None:
-            self._watch_starts()
+        if self._starting and self._refork is not None:
+            self._watch_starts(self._refork)
         return self._ready.popleft() if self._ready else None
 
-    def _watch_starts(self) -> None:
+    def _watch_starts(self, launcher: _Launcher) -> None:
         """Fork again each forked worker silent for ``FORK_START_TIMEOUT_S`` (see there)."""
-        if self._launcher is None or self._launcher.start_method != "fork":
-            return  # spawned workers import the dataset first: no bound fits them all
         now = time.monotonic()
         for wid, starting in list(self._starting.items()):
             if now - starting.since < FORK_START_TIMEOUT_S or not self.procs[wid].is_alive():
                 continue  # a worker that died is reported through its sentinel
             self._read(wid)  # its first message may have come in the meantime
             if wid in self._starting:
-                self._fork_again(wid, starting)
+                self._fork_again(wid, starting, launcher)
 
-    def _fork_again(self, wid: int, starting: _Starting) -> None:
-        assert self._launcher is not None
+    def _fork_again(self, wid: int, starting: _Starting, launcher: _Launcher) -> None:
         old = self.procs[wid]
         pid, waited = old.pid, time.monotonic() - starting.since
         what = (
@@ -817,7 +820,7 @@ class ProcessExecutor:
             raise self.dead
         _log.warning("edgeload: %s; it was killed and forked again. To avoid it: %s", what, fix)
         try:
-            channel, proc = self._launcher.launch(self._infos[wid])
+            channel, proc = launcher.launch(self._infos[wid])
         except Exception as exc:
             self.dead_wid = wid
             self.dead = WorkerError(
